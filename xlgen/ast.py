@@ -1,0 +1,281 @@
+"""The untyped syntax tree: what the parser read, with a location on every node.
+
+Nodes compare equal regardless of location, so parse -> print -> parse can be
+checked with `==`. The checker (xlgen/checker.py) turns this tree into the
+typed IR (xlgen/ir.py); nothing downstream of the checker sees these nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .diagnostics import NOWHERE, Loc
+
+
+def _loc():
+    return field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Node:
+    pass
+
+
+# ---- expressions ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntLit(Node):
+    text: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class FloatLit(Node):
+    text: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class BoolLit(Node):
+    value: bool
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Name(Node):
+    id: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Member(Node):
+    """`Enum.MEMBER` (a qualified enum or flag constant)."""
+
+    base: str
+    member: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Index(Node):
+    base: str
+    index: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    func: str
+    args: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str
+    operand: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str
+    left: Node
+    right: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Conditional(Node):
+    cond: Node
+    then: Node
+    otherwise: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Cast(Node):
+    operand: Node
+    to: str
+    loc: Loc = _loc()
+
+
+# ---- types ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypeRef(Node):
+    name: str
+    length: Node | None = None  # array length (a constant expression)
+    open_array: bool = False  # `T[]`, builtin parameters only
+    loc: Loc = _loc()
+
+
+# ---- statements -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Let(Node):
+    name: str
+    type: TypeRef | None
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Assign(Node):
+    target: str
+    index: Node | None
+    op: str  # "=", "+=", ...
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class If(Node):
+    arms: tuple[tuple[Node, tuple[Node, ...]], ...]  # (condition, body) for if and each elif
+    otherwise: tuple[Node, ...] | None
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class For(Node):
+    var: str
+    start: Node
+    stop: Node
+    body: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Break(Node):
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Continue(Node):
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Return(Node):
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class CallStmt(Node):
+    call: Call
+    loc: Loc = _loc()
+
+
+# ---- declarations -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ident(Node):
+    name: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Import(Node):
+    path: str
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Const(Node):
+    name: str
+    type: TypeRef
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Param(Node):
+    name: str
+    type: TypeRef
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class EnumDecl(Node):
+    name: str
+    members: tuple[Ident, ...]
+    is_flags: bool = False
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Field(Node):
+    name: str
+    type: TypeRef
+    init: Node | None
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class StateBlock(Node):
+    """`request { ... }` (per-request) or `shared { ... }` (one copy for all requests)."""
+
+    kind: str  # "request" | "shared"
+    fields: tuple[Field, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class FnParam(Node):
+    name: str
+    type: TypeRef
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class BuiltinDecl(Node):
+    name: str
+    params: tuple[FnParam, ...]
+    ret: TypeRef | None
+    warp: bool = False
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class FnDecl(Node):
+    name: str
+    params: tuple[FnParam, ...]
+    ret: TypeRef
+    body: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class StageDecl(Node):
+    kind: str  # "stage" (per request, in parallel) | "arbiter" (serial, request-id order)
+    name: str
+    guard: Node | None
+    body: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class TraceDecl(Node):
+    stage: str
+    fields: tuple[Ident, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class DoneDecl(Node):
+    cond: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Module(Node):
+    pipeline: str | None
+    items: tuple[Node, ...]
+    file: str = field(default="", compare=False)
+    loc: Loc = _loc()

@@ -1,0 +1,1083 @@
+"""AST -> typed IR. Resolves names, checks types, folds constants, and collects
+every error (never stopping at the first) as `file:line:col` diagnostics.
+
+Entry point: `load_program(path)` (reads the file and its imports) or
+`check_modules(modules, sources)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ast as A
+from . import ir
+from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
+from .ir import BOOL, F32, I32, U32
+from .parser import ParseFailure, parse_text
+from .resources import runtime_dir
+from .runtime import ops
+
+PRELUDE_NAME = "<prelude>"
+MAX_LOOP_TRIP = 1 << 20  # a bound this large is almost certainly a mistake
+RESERVED = {"req_id", "min", "max", "abs", "clamp", "sqrt"} | set(ir.SCALARS)
+
+ARITH_OPS = {"+", "-", "*", "/", "%"}
+BIT_OPS = {"&", "|", "^"}
+SHIFT_OPS = {"<<", ">>"}
+ORDER_OPS = {"<", "<=", ">", ">="}
+EQ_OPS = {"==", "!="}
+LOGIC_OPS = {"&&", "||"}
+INTRINSIC_ARITY = {"min": 2, "max": 2, "abs": 1, "clamp": 3, "sqrt": 1}
+
+
+# ---- loading files ------------------------------------------------------------------
+
+
+def read_source(path: Path, sink: DiagnosticSink, sources: dict, at: Loc | None) -> str | None:
+    name = str(path)
+    where = at or Loc(name, 0, 0)
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        sink.error(where, f"'{name}' is a directory, not an .xl file")
+        return None
+    except FileNotFoundError:
+        sink.error(where, f"no such file: '{name}'")
+        return None
+    except OSError as exc:
+        sink.error(where, f"cannot read '{name}': {exc.strerror}")
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start].decode("utf-8", errors="replace")
+        line = before.count("\n") + 1
+        col = len(before) - (before.rfind("\n") + 1) + 1
+        sources[name] = before + "\n"
+        sink.error(Loc(name, line, col), f"file is not valid UTF-8 (byte 0x{data[exc.start]:02x})")
+        return None
+    sources[name] = text
+    return text
+
+
+def load_modules(path: str | Path) -> tuple[list[A.Module], dict[str, str], DiagnosticSink]:
+    """Parse the prelude, the main file and everything it imports (imports first)."""
+    sink = DiagnosticSink()
+    sources: dict[str, str] = {}
+    modules: list[A.Module] = []
+    prelude_text = (runtime_dir() / "prelude.xl").read_text()
+    sources[PRELUDE_NAME] = prelude_text
+    modules.append(parse_text(prelude_text, PRELUDE_NAME))
+
+    done: set[Path] = set()
+
+    def visit(p: Path, stack: list[Path], at: Loc | None) -> None:
+        p = p.resolve() if p.exists() else p
+        if p in stack:
+            cycle = " -> ".join(str(_display(q)) for q in stack[stack.index(p):] + [p])
+            sink.error(at, f"import cycle: {cycle}")
+            return
+        if p in done:
+            return
+        shown = _display(p)
+        text = read_source(Path(shown) if not Path(shown).is_absolute() else p, sink, sources, at)
+        if text is None:
+            return
+        try:
+            module = parse_text(text, str(shown))
+        except ParseFailure as failure:
+            sink.items.append(failure.diagnostic)
+            done.add(p)
+            return
+        for item in module.items:
+            if isinstance(item, A.Import):
+                target = (p.parent / item.path)
+                visit(target, stack + [p], item.loc)
+        if stack and module.pipeline is not None:
+            sink.error(module.loc, f"imported file '{shown}' must not declare 'pipeline'")
+        done.add(p)
+        modules.append(module)
+
+    visit(Path(path), [], None)
+    return modules, sources, sink
+
+
+def _display(p: Path) -> Path:
+    """Paths in diagnostics: relative to the working directory when below it."""
+    try:
+        return p.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return p
+
+
+def load_program(path: str | Path) -> tuple[ir.Program, list]:
+    """Read, parse and check a pipeline. Returns (program, warnings); raises CompileError."""
+    modules, sources, sink = load_modules(path)
+    if sink.has_errors:
+        raise CompileError(sink.items, sources)
+    return check_modules(modules, sources, sink)
+
+
+def check_modules(modules: list[A.Module], sources: dict[str, str], sink: DiagnosticSink | None = None):
+    sink = sink or DiagnosticSink()
+    program = Checker(sink, sources).check(modules)
+    if sink.has_errors:
+        raise CompileError(sink.items, sources)
+    warnings = [d for d in sink.items if d.severity == "warning"]
+    return program, warnings
+
+
+# ---- checking ---------------------------------------------------------------------------
+
+
+@dataclass
+class Global:
+    kind: str  # const, param, type, member, field, shared, builtin, fn, stage
+    loc: Loc
+    node: object = None
+
+
+@dataclass
+class Local:
+    type: ir.Type
+    loc: Loc
+    mutable: bool = True
+    used: bool = False
+    value_range: tuple[int, int] | None = None  # known (min, max) of a loop variable
+
+
+@dataclass
+class Context:
+    """What the code being checked may touch."""
+
+    kind: str  # "stage", "arbiter", "fn", "guard", "done", "const", "init"
+    ret: ir.Type | None = None
+    scopes: list[dict[str, Local]] = field(default_factory=list)
+    loop_depth: int = 0
+    callees: set[str] = field(default_factory=set)
+
+    @property
+    def sees_request(self) -> bool:
+        return self.kind in ("stage", "arbiter", "guard", "done")
+
+    @property
+    def is_constant(self) -> bool:
+        return self.kind in ("const", "init")
+
+    def lookup(self, name: str) -> Local | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+
+def _parse_int(text: str) -> tuple[int, bool]:
+    unsigned = text.endswith("u")
+    body = text[:-1] if unsigned else text
+    body = body.replace("_", "")
+    return int(body, 16 if body[:2].lower() == "0x" else 10), unsigned
+
+
+def _flexible_int(node: A.Node) -> bool:
+    """An unsuffixed integer literal (maybe negated): it takes i32 or u32 from context."""
+    if isinstance(node, A.IntLit):
+        return not node.text.endswith("u")
+    if isinstance(node, A.Unary) and node.op == "-":
+        return _flexible_int(node.operand)
+    return False
+
+
+class Checker:
+    def __init__(self, sink: DiagnosticSink, sources: dict[str, str]):
+        self.sink = sink
+        self.sources = sources
+        self.globals: dict[str, Global] = {}
+        self.members: dict[str, list[tuple[ir.EnumType, int]]] = {}
+        self.types: dict[str, ir.Type] = dict(ir.SCALARS)
+        self.consts: dict[str, ir.Const] = {}
+        self.params: dict[str, ir.ParamDecl] = {}
+        self.fields: dict[str, ir.FieldDecl] = {}
+        self.shared: dict[str, ir.FieldDecl] = {}
+        self.builtins: dict[str, ir.Builtin] = {}
+        self.fn_sigs: dict[str, tuple[tuple[ir.FnParam, ...], ir.Type]] = {}
+        self.call_graph: dict[str, set[str]] = {}
+        self.used_globals: set[str] = set()
+
+    def error(self, loc: Loc, message: str) -> None:
+        self.sink.error(loc, message)
+
+    # ---- top level -----------------------------------------------------------------
+
+    def check(self, modules: list[A.Module]) -> ir.Program:
+        main = modules[-1]
+        items = [item for m in modules for item in m.items]
+        if main.pipeline is None:
+            self.error(Loc(main.file, 1, 1), "the main file must start with 'pipeline NAME'")
+        self._declare(items)
+        for item in items:
+            if isinstance(item, A.EnumDecl):
+                self._enum(item)
+        for item in items:
+            if isinstance(item, A.Const):
+                self._const(item)
+            elif isinstance(item, A.Param):
+                self._param(item)
+        for item in items:
+            if isinstance(item, A.StateBlock):
+                for f in item.fields:
+                    self._field(f, item.kind)
+            elif isinstance(item, A.BuiltinDecl):
+                self._builtin(item)
+            elif isinstance(item, A.FnDecl):
+                self._fn_signature(item)
+        functions = [self._function(item) for item in items if isinstance(item, A.FnDecl)]
+        stage_nodes = [item for item in items if isinstance(item, A.StageDecl)]
+        stages = [self._stage(node, i) for i, node in enumerate(stage_nodes)]
+        traces = self._traces([i for i in items if isinstance(i, A.TraceDecl)], stages)
+        done = self._done([i for i in items if isinstance(i, A.DoneDecl)], main)
+        ordered = self._order_functions(functions)
+        if not stages and main.pipeline is not None:
+            self.sink.warning(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' declares no stages")
+        self._unused_warnings(items)
+        return ir.Program(
+            name=main.pipeline or "pipeline",
+            main_file=main.file,
+            consts=dict(self.consts),
+            params=tuple(self.params.values()),
+            enums=tuple(t for t in self.types.values() if isinstance(t, ir.EnumType)),
+            request_fields=tuple(self.fields.values()),
+            shared_fields=tuple(self.shared.values()),
+            builtins=dict(self.builtins),
+            functions=tuple(ordered),
+            stages=tuple(stages),
+            traces=tuple(traces),
+            done=done,
+            sources=self.sources,
+        )
+
+    def _declare(self, items) -> None:
+        def add(name: str, kind: str, loc: Loc, node=None) -> None:
+            if name in RESERVED:
+                self.error(loc, f"'{name}' is a reserved name")
+                return
+            prev = self.globals.get(name)
+            if prev is not None:
+                self.error(loc, f"'{name}' is already defined (as a {prev.kind} at {prev.loc})")
+                return
+            self.globals[name] = Global(kind, loc, node)
+
+        for item in items:
+            if isinstance(item, A.Const):
+                add(item.name, "const", item.loc, item)
+            elif isinstance(item, A.Param):
+                add(item.name, "param", item.loc, item)
+            elif isinstance(item, A.EnumDecl):
+                add(item.name, "flags" if item.is_flags else "enum", item.loc, item)
+            elif isinstance(item, A.StateBlock):
+                for f in item.fields:
+                    add(f.name, "request field" if item.kind == "request" else "shared field", f.loc, f)
+            elif isinstance(item, A.BuiltinDecl):
+                add(item.name, "builtin", item.loc, item)
+            elif isinstance(item, A.FnDecl):
+                add(item.name, "function", item.loc, item)
+            elif isinstance(item, A.StageDecl):
+                add(item.name, "stage", item.loc, item)
+
+    def _enum(self, node: A.EnumDecl) -> None:
+        names = []
+        for m in node.members:
+            if m.name in names:
+                self.error(m.loc, f"duplicate member '{m.name}' in {node.name}")
+                continue
+            if m.name in self.globals and self.globals[m.name].kind != "member":
+                g = self.globals[m.name]
+                self.error(m.loc, f"member '{m.name}' clashes with the {g.kind} defined at {g.loc}")
+                continue
+            names.append(m.name)
+        if node.is_flags and len(names) > 32:
+            self.error(node.loc, f"flag set {node.name} has {len(names)} members; at most 32 fit in a u32")
+        if not names:
+            self.error(node.loc, f"{'flag set' if node.is_flags else 'enum'} {node.name} has no members")
+        t = ir.EnumType(node.name, tuple(names), node.is_flags)
+        if node.name in self.globals and self.globals[node.name].node is node:
+            self.types[node.name] = t
+        for i, name in enumerate(names):
+            self.members.setdefault(name, []).append((t, i))
+
+    def _resolve_type(self, ref: A.TypeRef, allow_open: bool = False, allow_array: bool = True):
+        base = self.types.get(ref.name)
+        if base is None:
+            candidates = list(self.types)
+            self.error(ref.loc, f"unknown type '{ref.name}'{did_you_mean(ref.name, candidates)}")
+            return None
+        if ref.open_array:
+            if not allow_open:
+                self.error(ref.loc, "arrays of unspecified length ('T[]') are only allowed as builtin parameters")
+                return None
+            return ir.ArrayType(base, None)
+        if ref.length is None:
+            return base
+        if not allow_array:
+            self.error(ref.loc, "an array type is not allowed here")
+            return None
+        n = self._const_int(ref.length, "array length")
+        if n is None:
+            return None
+        if n <= 0:
+            self.error(ref.length.loc, f"array length must be positive, not {n}")
+            return None
+        if n > 1 << 16:
+            self.error(ref.length.loc, f"array length {n} is larger than the limit of 65536")
+            return None
+        return ir.ArrayType(base, n)
+
+    def _const_int(self, node: A.Node, what: str) -> int | None:
+        e = self.expr(node, Context("const"), I32)
+        if e is None:
+            return None
+        if not isinstance(e, ir.Const):
+            self.error(node.loc, f"{what} must be a constant expression")
+            return None
+        if not ir.is_int(e.type):
+            self.error(node.loc, f"{what} must be an integer, not {e.type}")
+            return None
+        return int(e.value)
+
+    def _const(self, node: A.Const) -> None:
+        t = self._resolve_type(node.type, allow_array=False)
+        e = self.expr(node.value, Context("const"), t)
+        if t is None or e is None:
+            return
+        if not isinstance(e, ir.Const):
+            self.error(node.value.loc, f"the value of const '{node.name}' must be a constant expression")
+            return
+        if not self._same(t, e.type, node.value.loc, f"const '{node.name}'"):
+            return
+        self.consts[node.name] = ir.Const(e.value, t, node.loc, node.name)
+
+    def _param(self, node: A.Param) -> None:
+        t = self._resolve_type(node.type, allow_array=False)
+        e = self.expr(node.value, Context("const"), t)
+        if t is None or e is None:
+            return
+        if not isinstance(e, ir.Const):
+            self.error(node.value.loc, f"the default of param '{node.name}' must be a constant expression")
+            return
+        if self._same(t, e.type, node.value.loc, f"param '{node.name}'"):
+            self.params[node.name] = ir.ParamDecl(node.name, t, e.value, node.loc)
+
+    def _field(self, node: A.Field, kind: str) -> None:
+        if self.globals.get(node.name, Global("", node.loc)).node is not node:
+            return  # a duplicate, already reported
+        t = self._resolve_type(node.type)
+        if t is None:
+            return
+        init = None
+        if node.init is not None:
+            elem = t.elem if isinstance(t, ir.ArrayType) else t
+            init = self.expr(node.init, Context("init"), elem)
+            if init is None:
+                return
+            self._same(elem, init.type, node.init.loc, f"the initial value of '{node.name}'")
+        decl = ir.FieldDecl(node.name, t, init, node.loc)
+        (self.fields if kind == "request" else self.shared)[node.name] = decl
+
+    def _params(self, params, allow_open: bool):
+        out = []
+        seen = set()
+        for p in params:
+            if p.name in seen:
+                self.error(p.loc, f"duplicate parameter '{p.name}'")
+            seen.add(p.name)
+            t = self._resolve_type(p.type, allow_open=allow_open)
+            out.append(ir.FnParam(p.name, t))
+        return tuple(out)
+
+    def _builtin(self, node: A.BuiltinDecl) -> None:
+        params = self._params(node.params, allow_open=True)
+        ret = self._resolve_type(node.ret, allow_array=False) if node.ret else None
+        self.builtins[node.name] = ir.Builtin(node.name, params, ret, node.warp, node.loc)
+
+    def _fn_signature(self, node: A.FnDecl) -> None:
+        params = self._params(node.params, allow_open=False)
+        ret = self._resolve_type(node.ret, allow_array=False)
+        self.fn_sigs[node.name] = (params, ret)
+
+    def _function(self, node: A.FnDecl) -> ir.Function:
+        params, ret = self.fn_sigs[node.name]
+        ctx = Context("fn", ret=ret)
+        scope = {}
+        for p, a in zip(params, node.params):
+            if p.type is not None:
+                scope[p.name] = Local(p.type, a.loc, mutable=False, used=True)
+            self._check_local_name(p.name, a.loc)
+        ctx.scopes.append(scope)
+        body = self.block(node.body, ctx)
+        self._pop_scope(ctx)
+        if ret is not None and not _always_returns(node.body):
+            self.error(node.loc, f"function '{node.name}' may end without returning a value")
+        self.call_graph[node.name] = ctx.callees
+        return ir.Function(node.name, params, ret, body, node.loc)
+
+    def _stage(self, node: A.StageDecl, index: int) -> ir.Stage:
+        guard = None
+        if node.guard is not None:
+            guard = self.expr(node.guard, Context("guard"), BOOL)
+            if guard is not None and guard.type != BOOL:
+                self.error(node.guard.loc, f"a stage guard must be bool, not {guard.type}")
+        ctx = Context(node.kind)
+        ctx.scopes.append({})
+        body = self.block(node.body, ctx)
+        self._pop_scope(ctx)
+        self.call_graph[f"stage {node.name}"] = ctx.callees
+        return ir.Stage(node.name, node.kind, guard, body, index, node.loc)
+
+    def _traces(self, nodes: list[A.TraceDecl], stages: list[ir.Stage]) -> list[ir.Trace]:
+        out = []
+        seen: dict[str, Loc] = {}
+        stage_names = [s.name for s in stages]
+        for node in nodes:
+            if node.stage not in stage_names:
+                self.error(node.loc, f"trace of unknown stage '{node.stage}'{did_you_mean(node.stage, stage_names)}")
+                continue
+            if node.stage in seen:
+                self.error(node.loc, f"stage '{node.stage}' is already traced (at {seen[node.stage]})")
+                continue
+            seen[node.stage] = node.loc
+            names = []
+            for ident in node.fields:
+                if ident.name not in self.fields:
+                    hint = did_you_mean(ident.name, self.fields)
+                    self.error(ident.loc, f"'{ident.name}' is not a request field{hint}")
+                elif ident.name in names:
+                    self.error(ident.loc, f"field '{ident.name}' is listed twice")
+                else:
+                    names.append(ident.name)
+                    self.used_globals.add(ident.name)
+            out.append(ir.Trace(node.stage, tuple(names), len(out), node.loc))
+        return out
+
+    def _done(self, nodes: list[A.DoneDecl], main: A.Module) -> ir.Expr:
+        if not nodes:
+            if main.pipeline is not None:
+                self.error(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' has no 'done when' condition")
+            return ir.Const(False, BOOL)
+        for extra in nodes[1:]:
+            self.error(extra.loc, f"'done when' is declared twice (first at {nodes[0].loc})")
+        cond = self.expr(nodes[0].cond, Context("done"), BOOL)
+        if cond is not None and cond.type != BOOL:
+            self.error(nodes[0].cond.loc, f"'done when' needs a bool condition, not {cond.type}")
+        return cond if cond is not None else ir.Const(False, BOOL)
+
+    def _order_functions(self, functions: list[ir.Function]) -> list[ir.Function]:
+        by_name = {f.name: f for f in functions}
+        order: list[ir.Function] = []
+        state: dict[str, str] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == "done":
+                return
+            if state.get(name) == "active":
+                cycle = path[path.index(name):] + [name]
+                self.error(by_name[name].loc, "recursion is not allowed: " + " -> ".join(cycle))
+                return
+            state[name] = "active"
+            for callee in sorted(self.call_graph.get(name, ())):
+                if callee in by_name:
+                    visit(callee, path + [name])
+            state[name] = "done"
+            order.append(by_name[name])
+
+        for f in functions:
+            visit(f.name, [])
+        return order
+
+    def _unused_warnings(self, items) -> None:
+        called = set().union(*self.call_graph.values()) if self.call_graph else set()
+        for item in items:
+            if isinstance(item, A.FnDecl) and item.name not in called:
+                self.sink.warning(item.loc, f"function '{item.name}' is never called")
+            elif isinstance(item, A.StateBlock):
+                for f in item.fields:
+                    if f.name not in self.used_globals and f.loc.file != PRELUDE_NAME:
+                        self.sink.warning(f.loc, f"field '{f.name}' is never used")
+
+    # ---- statements --------------------------------------------------------------------
+
+    def block(self, stmts, ctx: Context, new_scope: bool = False) -> tuple[ir.Stmt, ...]:
+        if new_scope:
+            ctx.scopes.append({})
+        out = []
+        ended = None
+        for s in stmts:
+            if ended is not None:
+                self.sink.warning(s.loc, f"unreachable code after '{ended}'")
+                ended = "warned"
+            r = self.stmt(s, ctx)
+            if r is not None:
+                out.append(r)
+            if ended is None and isinstance(s, (A.Return, A.Break, A.Continue)):
+                ended = {A.Return: "return", A.Break: "break", A.Continue: "continue"}[type(s)]
+        if new_scope:
+            self._pop_scope(ctx)
+        return tuple(out)
+
+    def _pop_scope(self, ctx: Context) -> None:
+        for name, local in ctx.scopes.pop().items():
+            if not local.used and not name.startswith("_"):
+                self.sink.warning(local.loc, f"unused variable '{name}'")
+
+    def _check_local_name(self, name: str, loc: Loc, ctx: Context | None = None) -> bool:
+        if name in RESERVED:
+            self.error(loc, f"'{name}' is a reserved name")
+            return False
+        g = self.globals.get(name)
+        if g is not None:
+            self.error(loc, f"'{name}' shadows the {g.kind} defined at {g.loc}")
+            return False
+        if name in self.members:
+            self.error(loc, f"'{name}' shadows an enum member")
+            return False
+        if ctx is not None and ctx.lookup(name) is not None:
+            self.error(loc, f"'{name}' is already defined at {ctx.lookup(name).loc}")
+            return False
+        return True
+
+    def stmt(self, s: A.Node, ctx: Context):
+        method = getattr(self, "stmt_" + type(s).__name__)
+        return method(s, ctx)
+
+    def stmt_Let(self, s: A.Let, ctx: Context):
+        declared = self._resolve_type(s.type, allow_array=False) if s.type else None
+        value = self.expr(s.value, ctx, declared)
+        ok = self._check_local_name(s.name, s.loc, ctx)
+        if value is None:
+            if ok and declared is not None:
+                ctx.scopes[-1][s.name] = Local(declared, s.loc, used=True)
+            return None
+        if isinstance(value.type, ir.ArrayType):
+            self.error(s.value.loc, "local variables hold scalars; arrays live in request or shared state")
+            return None
+        t = declared or value.type
+        if declared is not None and not self._same(declared, value.type, s.value.loc, f"'{s.name}'"):
+            return None
+        if ok:
+            ctx.scopes[-1][s.name] = Local(t, s.loc)
+        return ir.Let(s.name, t, value, s.loc)
+
+    def stmt_Assign(self, s: A.Assign, ctx: Context):
+        target = self._assign_target(s.target, s.loc, ctx)
+        if target is None:
+            self.expr(s.value, ctx)
+            return None
+        index = None
+        checked = True
+        elem = target.type
+        if s.index is not None:
+            if not isinstance(target.type, ir.ArrayType):
+                self.error(s.loc, f"'{s.target}' is not an array")
+                return None
+            index, checked = self._index(s.index, target.type, s.target, ctx)
+            elem = target.type.elem
+            if index is None:
+                return None
+        elif isinstance(target.type, ir.ArrayType):
+            self.error(s.loc, f"'{s.target}' is an array; assign its elements one by one")
+            return None
+        value = self.expr(s.value, ctx, elem)
+        if value is None:
+            return None
+        if s.op != "=":
+            op = s.op[:-1]
+            current = ir.Load(target, index, elem, checked, s.loc) if index is not None else target
+            value = self._binary_typed(op, current, value, s.loc)
+            if value is None:
+                return None
+        if not self._same(elem, value.type, s.value.loc, f"'{s.target}'"):
+            return None
+        return ir.Assign(target, index, value, checked, s.loc)
+
+    def _assign_target(self, name: str, loc: Loc, ctx: Context) -> ir.Var | None:
+        local = ctx.lookup(name)
+        if local is not None:
+            if not local.mutable:
+                what = "loop variable" if local.value_range is not None else "parameter"
+                self.error(loc, f"cannot assign to {what} '{name}'")
+                return None
+            return ir.Var(ir.LOCAL, name, local.type, loc)
+        g = self.globals.get(name)
+        if g is None:
+            self.error(loc, f"unknown variable '{name}'{did_you_mean(name, self._visible_names(ctx))}")
+            return None
+        if g.kind == "request field":
+            if not ctx.sees_request:
+                self.error(loc, f"a function cannot write request field '{name}'; functions are pure")
+                return None
+            self.used_globals.add(name)
+            f = self.fields.get(name)
+            return ir.Var(ir.FIELD, name, f.type, loc) if f else None
+        if g.kind == "shared field":
+            if ctx.kind != "arbiter":
+                self.error(loc, f"shared field '{name}' can only be written in an arbiter stage")
+                return None
+            self.used_globals.add(name)
+            f = self.shared.get(name)
+            return ir.Var(ir.SHARED, name, f.type, loc) if f else None
+        self.error(loc, f"cannot assign to {g.kind} '{name}'")
+        return None
+
+    def stmt_If(self, s: A.If, ctx: Context):
+        arms = []
+        for cond_node, body in s.arms:
+            cond = self.expr(cond_node, ctx, BOOL)
+            if cond is not None and cond.type != BOOL:
+                self.error(cond_node.loc, f"an 'if' condition must be bool, not {cond.type}")
+            checked_body = self.block(body, ctx, new_scope=True)
+            if cond is not None:
+                arms.append((cond, checked_body))
+        otherwise = self.block(s.otherwise, ctx, new_scope=True) if s.otherwise is not None else ()
+        return ir.If(tuple(arms), otherwise, s.loc) if arms else None
+
+    def stmt_For(self, s: A.For, ctx: Context):
+        start = self._const_int(s.start, "a loop's start")
+        stop = self._const_int(s.stop, "a loop's bound")
+        ok = self._check_local_name(s.var, s.loc, ctx)
+        if start is not None and stop is not None and stop - start > MAX_LOOP_TRIP:
+            self.error(s.stop.loc, f"loop runs {stop - start} times; the limit is {MAX_LOOP_TRIP}")
+        scope = {}
+        if ok:
+            rng = (start, stop - 1) if start is not None and stop is not None else (0, -1)
+            scope[s.var] = Local(I32, s.loc, mutable=False, value_range=rng)
+        ctx.scopes.append(scope)
+        ctx.loop_depth += 1
+        body = self.block(s.body, ctx)
+        ctx.loop_depth -= 1
+        self._pop_scope(ctx)
+        if start is None or stop is None:
+            return None
+        return ir.For(s.var, start, stop, body, s.loc)
+
+    def stmt_Break(self, s: A.Break, ctx: Context):
+        if ctx.loop_depth == 0:
+            self.error(s.loc, "'break' outside a loop")
+            return None
+        return ir.Break(s.loc)
+
+    def stmt_Continue(self, s: A.Continue, ctx: Context):
+        if ctx.loop_depth == 0:
+            self.error(s.loc, "'continue' outside a loop")
+            return None
+        return ir.Continue(s.loc)
+
+    def stmt_Return(self, s: A.Return, ctx: Context):
+        if ctx.kind != "fn":
+            self.error(s.loc, "'return' is only allowed in functions; a stage ends at its closing brace")
+            self.expr(s.value, ctx)
+            return None
+        value = self.expr(s.value, ctx, ctx.ret)
+        if value is None or ctx.ret is None:
+            return None
+        if not self._same(ctx.ret, value.type, s.value.loc, "the return value"):
+            return None
+        return ir.Return(value, s.loc)
+
+    def stmt_CallStmt(self, s: A.CallStmt, ctx: Context):
+        call = self.expr(s.call, ctx)
+        if call is None:
+            return None
+        if not isinstance(call, ir.Call):
+            self.error(s.loc, "only calls can stand alone as statements")
+            return None
+        if call.type is not None and not call.builtin:
+            self.sink.warning(s.loc, f"the result of '{call.func}' is discarded")
+        return ir.ExprStmt(call, s.loc)
+
+    # ---- expressions ----------------------------------------------------------------
+
+    def expr(self, node: A.Node, ctx: Context, expected: ir.Type | None = None) -> ir.Expr | None:
+        """Type-check an expression; `expected` only steers unsuffixed integer literals."""
+        method = getattr(self, "expr_" + type(node).__name__)
+        result = method(node, ctx, expected)
+        return _fold(result) if result is not None else None
+
+    def expr_IntLit(self, node: A.IntLit, ctx, expected, negate: bool = False):
+        value, unsigned = _parse_int(node.text)
+        t = U32 if unsigned or expected == U32 else I32
+        if negate:
+            value = -value
+        lo, hi = (0, 0xFFFFFFFF) if t == U32 else (-(1 << 31), (1 << 31) - 1)
+        if not lo <= value <= hi:
+            hint = "; add a 'u' suffix for u32" if t == I32 and 0 <= value <= 0xFFFFFFFF else ""
+            self.error(node.loc, f"integer literal {node.text} does not fit in {t}{hint}")
+            return None
+        return ir.Const(value, t, node.loc)
+
+    def expr_FloatLit(self, node: A.FloatLit, ctx, expected):
+        value = ops.f32(float(node.text))
+        if value in (float("inf"), float("-inf")):
+            self.error(node.loc, f"float literal {node.text} is too large for f32")
+            return None
+        return ir.Const(value, F32, node.loc)
+
+    def expr_BoolLit(self, node: A.BoolLit, ctx, expected):
+        return ir.Const(node.value, BOOL, node.loc)
+
+    def expr_Name(self, node: A.Name, ctx: Context, expected):
+        name = node.id
+        local = ctx.lookup(name)
+        if local is not None:
+            local.used = True
+            return ir.Var(ir.LOCAL, name, local.type, node.loc)
+        if name == "req_id":
+            if not ctx.sees_request:
+                self.error(node.loc, "'req_id' is only available in stages, guards and 'done when'")
+                return None
+            return ir.Var(ir.REQ_ID, name, I32, node.loc)
+        g = self.globals.get(name)
+        if g is None:
+            if name in self.members:
+                return self._member_by_name(name, node.loc)
+            hint = did_you_mean(name, self._visible_names(ctx))
+            self.error(node.loc, f"unknown name '{name}'{hint}")
+            return None
+        self.used_globals.add(name)
+        if g.kind == "const":
+            c = self.consts.get(name)
+            return ir.Const(c.value, c.type, node.loc, name) if c else None
+        if g.kind == "param":
+            if ctx.kind == "const":
+                self.error(node.loc, f"param '{name}' is chosen at launch; it cannot be used in a compile-time constant")
+                return None
+            p = self.params.get(name)
+            return ir.Var(ir.PARAM, name, p.type, node.loc) if p else None
+        if g.kind in ("request field", "shared field"):
+            if not ctx.sees_request:
+                where = "a function (functions are pure; pass it as an argument)" if ctx.kind == "fn" else "a constant expression"
+                self.error(node.loc, f"{g.kind} '{name}' cannot be read in {where}")
+                return None
+            table = self.fields if g.kind == "request field" else self.shared
+            f = table.get(name)
+            kind = ir.FIELD if g.kind == "request field" else ir.SHARED
+            return ir.Var(kind, name, f.type, node.loc) if f else None
+        self.error(node.loc, f"{g.kind} '{name}' is not a value")
+        return None
+
+    def _member_by_name(self, name: str, loc: Loc):
+        options = self.members[name]
+        if len(options) > 1:
+            owners = ", ".join(f"{t.name}.{name}" for t, _ in options)
+            self.error(loc, f"'{name}' is ambiguous; write one of {owners}")
+            return None
+        t, i = options[0]
+        return ir.Const(1 << i if t.is_flags else i, t, loc, name)
+
+    def expr_Member(self, node: A.Member, ctx, expected):
+        t = self.types.get(node.base)
+        if not isinstance(t, ir.EnumType):
+            self.error(node.loc, f"'{node.base}' is not an enum or flag set")
+            return None
+        if node.member not in t.members:
+            self.error(node.loc, f"{t.name} has no member '{node.member}'{did_you_mean(node.member, t.members)}")
+            return None
+        i = t.members.index(node.member)
+        return ir.Const(1 << i if t.is_flags else i, t, node.loc, node.member)
+
+    def _visible_names(self, ctx: Context):
+        names = set(self.globals) | set(self.members)
+        for scope in ctx.scopes:
+            names |= set(scope)
+        return names
+
+    def _index(self, node: A.Node, array: ir.ArrayType, name: str, ctx: Context):
+        index = self.expr(node, ctx, I32)
+        if index is None:
+            return None, True
+        if not ir.is_int(index.type):
+            self.error(node.loc, f"an index must be i32 or u32, not {index.type}")
+            return None, True
+        n = array.length
+        if isinstance(index, ir.Const):
+            if not 0 <= index.value < n:
+                self.error(node.loc, f"index {index.value} is out of range for '{name}' (length {n})")
+                return None, True
+            return index, False
+        if isinstance(index, ir.Var) and index.kind == ir.LOCAL:
+            local = ctx.lookup(index.name)
+            if local is not None and local.value_range is not None:
+                lo, hi = local.value_range
+                if lo > hi:  # the loop never runs
+                    return index, True
+                if 0 <= lo and hi < n:
+                    return index, False
+        return index, True
+
+    def expr_Index(self, node: A.Index, ctx: Context, expected):
+        base = self.expr_Name(A.Name(node.base, loc=node.loc), ctx, None)
+        if base is None:
+            self.expr(node.index, ctx)
+            return None
+        if not isinstance(base, ir.Var) or not isinstance(base.type, ir.ArrayType):
+            self.error(node.loc, f"'{node.base}' is not an array")
+            return None
+        index, checked = self._index(node.index, base.type, node.base, ctx)
+        if index is None:
+            return None
+        return ir.Load(base, index, base.type.elem, checked, node.loc)
+
+    def expr_Unary(self, node: A.Unary, ctx: Context, expected):
+        if node.op == "-" and isinstance(node.operand, A.IntLit):
+            return self.expr_IntLit(node.operand, ctx, expected, negate=True)
+        operand = self.expr(node.operand, ctx, expected)
+        if operand is None:
+            return None
+        t = operand.type
+        ok = {
+            "-": ir.is_numeric(t),
+            "!": t == BOOL,
+            "~": ir.is_int(t) or (isinstance(t, ir.EnumType) and t.is_flags),
+        }[node.op]
+        if not ok:
+            self.error(node.loc, f"operator '{node.op}' does not apply to {t}")
+            return None
+        return ir.Unary(node.op, operand, t, node.loc)
+
+    def expr_Binary(self, node: A.Binary, ctx: Context, expected):
+        op = node.op
+        if op in LOGIC_OPS or op == "has":
+            left = self.expr(node.left, ctx)
+            right = self.expr(node.right, ctx)
+        elif _flexible_int(node.left) and not _flexible_int(node.right):
+            right = self.expr(node.right, ctx, None if op in SHIFT_OPS else expected)
+            hint = right.type if right is not None and op not in SHIFT_OPS else expected
+            left = self.expr(node.left, ctx, hint)
+        else:
+            left = self.expr(node.left, ctx, None if op in EQ_OPS | ORDER_OPS else expected)
+            hint = None if op in SHIFT_OPS else (left.type if left is not None else None)
+            right = self.expr(node.right, ctx, hint if hint is not None else I32)
+        if left is None or right is None:
+            return None
+        return self._binary_typed(op, left, right, node.loc)
+
+    def _binary_typed(self, op: str, left: ir.Expr, right: ir.Expr, loc: Loc):
+        lt, rt = left.type, right.type
+        flags = isinstance(lt, ir.EnumType) and lt.is_flags
+
+        def bad(why: str = ""):
+            self.error(loc, f"operator '{op}' does not apply to {lt} and {rt}{why}")
+            return None
+
+        if isinstance(lt, ir.ArrayType) or isinstance(rt, ir.ArrayType):
+            return bad(" (arrays are compared element by element)")
+        if op in LOGIC_OPS:
+            if lt != BOOL or rt != BOOL:
+                return bad()
+            return ir.Binary(op, left, right, BOOL, loc)
+        if op == "has":
+            if not flags or lt != rt:
+                return bad("; 'has' tests a flag set against flags of the same set")
+            return ir.Binary(op, left, right, BOOL, loc)
+        if op in SHIFT_OPS:
+            if not ir.is_int(lt) or not ir.is_int(rt):
+                return bad()
+            return ir.Binary(op, left, right, lt, loc)
+        if lt != rt:
+            hint = ""
+            if ir.is_numeric(lt) and ir.is_numeric(rt):
+                hint = f"; convert one side with 'as {lt}' or 'as {rt}'"
+            return bad(hint)
+        if op in EQ_OPS:
+            return ir.Binary(op, left, right, BOOL, loc)
+        if op in ORDER_OPS:
+            if not ir.is_numeric(lt):
+                return bad()
+            return ir.Binary(op, left, right, BOOL, loc)
+        if op in BIT_OPS:
+            if not (ir.is_int(lt) or flags):
+                return bad("; use '&&' / '||' for bool" if lt == BOOL else "")
+            return ir.Binary(op, left, right, lt, loc)
+        if op in ARITH_OPS:
+            if not ir.is_numeric(lt) or (op == "%" and lt == F32):
+                return bad()
+            return ir.Binary(op, left, right, lt, loc)
+        return bad()
+
+    def expr_Conditional(self, node: A.Conditional, ctx, expected):
+        cond = self.expr(node.cond, ctx, BOOL)
+        then = self.expr(node.then, ctx, expected)
+        otherwise = self.expr(node.otherwise, ctx, then.type if then is not None else expected)
+        if cond is None or then is None or otherwise is None:
+            return None
+        if cond.type != BOOL:
+            self.error(node.cond.loc, f"the condition of '?:' must be bool, not {cond.type}")
+            return None
+        if then.type != otherwise.type:
+            self.error(node.loc, f"the branches of '?:' have different types: {then.type} and {otherwise.type}")
+            return None
+        if isinstance(then.type, ir.ArrayType):
+            self.error(node.loc, "'?:' cannot choose between arrays")
+            return None
+        return ir.Select(cond, then, otherwise, then.type, node.loc)
+
+    def expr_Cast(self, node: A.Cast, ctx, expected):
+        target = self.types.get(node.to)
+        if target is None:
+            self.error(node.loc, f"unknown type '{node.to}'{did_you_mean(node.to, self.types)}")
+            self.expr(node.operand, ctx)
+            return None
+        operand = self.expr(node.operand, ctx, target if ir.is_int(target) else None)
+        if operand is None:
+            return None
+        src = operand.type
+        allowed = (ir.is_numeric(target) and (ir.is_numeric(src) or src == BOOL)) or (
+            ir.is_int(target) and isinstance(src, ir.EnumType)
+        ) or src == target
+        if not allowed:
+            hint = "; compare with 0 instead" if target == BOOL and ir.is_numeric(src) else ""
+            self.error(node.loc, f"cannot convert {src} to {target}{hint}")
+            return None
+        return ir.Cast(operand, target, node.loc)
+
+    def expr_Call(self, node: A.Call, ctx: Context, expected):
+        name = node.func
+        if name in INTRINSIC_ARITY:
+            return self._intrinsic(node, ctx, expected)
+        g = self.globals.get(name)
+        if g is None or g.kind not in ("function", "builtin"):
+            for a in node.args:
+                self.expr(a, ctx)
+            if g is None:
+                callables = [n for n, x in self.globals.items() if x.kind in ("function", "builtin")]
+                self.error(node.loc, f"unknown function '{name}'{did_you_mean(name, callables + list(INTRINSIC_ARITY))}")
+            else:
+                self.error(node.loc, f"{g.kind} '{name}' cannot be called")
+            return None
+        if ctx.is_constant:
+            self.error(node.loc, f"'{name}' cannot be called in a constant expression")
+            return None
+        ctx.callees.add(name)
+        if g.kind == "builtin":
+            b = self.builtins.get(name)
+            if b is None:
+                return None
+            if b.warp and ctx.kind != "stage":
+                self.error(node.loc, f"'{name}' is a warp-wide builtin; call it directly in a per-request stage body")
+                return None
+            params, ret = b.params, b.ret
+        else:
+            params, ret = self.fn_sigs.get(name, ((), None))
+            b = None
+        if len(node.args) != len(params):
+            self.error(node.loc, f"'{name}' takes {len(params)} argument{'s' if len(params) != 1 else ''}, not {len(node.args)}")
+            return None
+        args = []
+        ok = True
+        for a, p in zip(node.args, params):
+            e = self.expr(a, ctx, p.type)
+            if e is None or p.type is None:
+                ok = False
+                continue
+            if not self._arg_fits(p.type, e.type):
+                self.error(a.loc, f"argument '{p.name}' of '{name}' must be {p.type}, not {e.type}")
+                ok = False
+            args.append(e)
+        if not ok:
+            return None
+        return ir.Call(name, tuple(args), ret, builtin=b is not None, warp=bool(b and b.warp), loc=node.loc)
+
+    @staticmethod
+    def _arg_fits(param: ir.Type, arg: ir.Type) -> bool:
+        if isinstance(param, ir.ArrayType) and param.length is None:
+            return isinstance(arg, ir.ArrayType) and arg.elem == param.elem
+        return param == arg
+
+    def _intrinsic(self, node: A.Call, ctx: Context, expected):
+        name = node.func
+        arity = INTRINSIC_ARITY[name]
+        if len(node.args) != arity:
+            self.error(node.loc, f"'{name}' takes {arity} argument{'s' if arity != 1 else ''}, not {len(node.args)}")
+            return None
+        flexible_first = _flexible_int(node.args[0]) and len(node.args) > 1 and not _flexible_int(node.args[1])
+        if flexible_first:
+            second = self.expr(node.args[1], ctx, expected)
+            first = self.expr(node.args[0], ctx, second.type if second else expected)
+            args = [first, second] + [self.expr(a, ctx, second.type if second else expected) for a in node.args[2:]]
+        else:
+            first = self.expr(node.args[0], ctx, expected)
+            hint = first.type if first is not None else expected
+            args = [first] + [self.expr(a, ctx, hint) for a in node.args[1:]]
+        if any(a is None for a in args):
+            return None
+        t = args[0].type
+        if name == "sqrt":
+            ok = t == F32
+        elif name == "abs":
+            ok = t in (I32, F32)
+        else:
+            ok = ir.is_numeric(t)
+        if not ok:
+            self.error(node.loc, f"'{name}' does not apply to {t}")
+            return None
+        for a, a_node in zip(args[1:], node.args[1:]):
+            if a.type != t:
+                self.error(a_node.loc, f"all arguments of '{name}' must have the same type ({t}), not {a.type}")
+                return None
+        return ir.Intrinsic(name, tuple(args), t, node.loc)
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _same(self, want, got, loc: Loc, what: str) -> bool:
+        if want is None or got is None or want == got:
+            return True
+        hint = ""
+        if ir.is_numeric(want) and ir.is_numeric(got):
+            hint = f"; convert with 'as {want}'"
+        self.error(loc, f"{what} has type {want}, but the value is {got}{hint}")
+        return False
+
+
+def _always_returns(stmts) -> bool:
+    for s in stmts:
+        if isinstance(s, A.Return):
+            return True
+        if isinstance(s, A.If) and s.otherwise is not None:
+            if all(_always_returns(body) for _, body in s.arms) and _always_returns(s.otherwise):
+                return True
+    return False
+
+
+# ---- constant folding ---------------------------------------------------------------------
+
+
+def _fold(e: ir.Expr) -> ir.Expr:
+    """Replace an operation on constants by its value (exactly as at run time).
+
+    An operation that would raise at run time (1 / 0) is left alone: the error
+    belongs to the run, where every backend reports it the same way.
+    """
+    from .py_ops import evaluate_const
+
+    if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call)):
+        return e
+    children = _children(e)
+    if not children or not all(isinstance(c, ir.Const) for c in children):
+        return e
+    try:
+        value = evaluate_const(e)
+    except ops.XlRuntimeError:
+        return e
+    return ir.Const(value, e.type, e.loc)
+
+
+def _children(e: ir.Expr):
+    if isinstance(e, ir.Unary):
+        return (e.operand,)
+    if isinstance(e, ir.Binary):
+        return (e.left, e.right)
+    if isinstance(e, ir.Select):
+        return (e.cond, e.then, e.otherwise)
+    if isinstance(e, ir.Cast):
+        return (e.operand,)
+    if isinstance(e, ir.Intrinsic):
+        return e.args
+    return ()

@@ -1,0 +1,320 @@
+"""The typed IR: what the checker produces and every emitter consumes.
+
+Every name is resolved (a Var says whether it is a local, a request field, a
+shared field or a launch parameter), every expression carries its type, and
+constants are folded to values. Compound assignments are desugared. Emitters
+walk these nodes with a table from node kind / operator to target code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .diagnostics import NOWHERE, Loc
+
+# ---- types ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str  # "i32" | "u32" | "f32" | "bool"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+I32, U32, F32, BOOL = Scalar("i32"), Scalar("u32"), Scalar("f32"), Scalar("bool")
+SCALARS = {t.name: t for t in (I32, U32, F32, BOOL)}
+
+
+@dataclass(frozen=True)
+class EnumType:
+    """An enum (values 0..n-1) or, with is_flags, a flag set (bit i = member i)."""
+
+    name: str
+    members: tuple[str, ...]
+    is_flags: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    elem: Union[Scalar, EnumType]
+    length: int | None  # None: any length (builtin parameters only)
+
+    def __str__(self) -> str:
+        return f"{self.elem}[{'' if self.length is None else self.length}]"
+
+
+Type = Union[Scalar, EnumType, ArrayType]
+
+
+def is_int(t) -> bool:
+    return t in (I32, U32)
+
+
+def is_numeric(t) -> bool:
+    return t in (I32, U32, F32)
+
+
+def storage_word(t) -> str:
+    """How a scalar is stored in a 32-bit word: 'i' signed, 'u' unsigned, 'f' binary32."""
+    if t == F32:
+        return "f"
+    if t == I32 or (isinstance(t, EnumType) and not t.is_flags):
+        return "i"
+    return "u"
+
+
+# ---- expressions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    pass
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: int | float | bool  # ints already wrapped to the type; f32 already rounded
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+    name: str | None = None  # the constant or enum member this came from, for readable output
+
+
+# Where a variable lives. Emitters map each kind to an access path.
+LOCAL, FIELD, SHARED, PARAM, REQ_ID = "local", "field", "shared", "param", "req_id"
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    kind: str
+    name: str
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    """`base[index]`; `checked` is False when the index is statically in range."""
+
+    base: Var
+    index: Expr
+    type: Type
+    checked: bool = True
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str  # "-", "!", "~"
+    operand: Expr
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str  # + - * / % << >> & | ^ == != < <= > >= && || has
+    left: Expr
+    right: Expr
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    then: Expr
+    otherwise: Expr
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    operand: Expr
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Intrinsic(Expr):
+    name: str  # min, max, abs, clamp, sqrt
+    args: tuple[Expr, ...]
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """A call of a helper function (`builtin=False`) or a prelude builtin."""
+
+    func: str
+    args: tuple[Expr, ...]
+    type: Type | None
+    builtin: bool = False
+    warp: bool = False
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+# ---- statements -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class Let(Stmt):
+    name: str
+    type: Type
+    value: Expr
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    target: Var
+    index: Expr | None
+    value: Expr
+    checked: bool = True  # index check needed
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    arms: tuple[tuple[Expr, tuple[Stmt, ...]], ...]
+    otherwise: tuple[Stmt, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    var: str
+    start: int
+    stop: int
+    body: tuple[Stmt, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Break(Stmt):
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Continue(Stmt):
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Return(Stmt):
+    value: Expr
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class ExprStmt(Stmt):
+    expr: Call
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+# ---- declarations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    name: str
+    type: Scalar
+    default: int | float | bool
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class FieldDecl:
+    name: str
+    type: Type
+    init: Expr | None  # a constant expression over consts and launch params; None: zero
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class FnParam:
+    name: str
+    type: Type
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    params: tuple[FnParam, ...]
+    ret: Type | None
+    warp: bool
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    params: tuple[FnParam, ...]
+    ret: Type
+    body: tuple[Stmt, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    kind: str  # "stage" | "arbiter"
+    guard: Expr | None
+    body: tuple[Stmt, ...]
+    index: int  # position among all stages; identifies the stage in traces and errors
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+    @property
+    def is_arbiter(self) -> bool:
+        return self.kind == "arbiter"
+
+
+@dataclass(frozen=True)
+class Trace:
+    stage: str
+    fields: tuple[str, ...]
+    index: int
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    main_file: str
+    consts: dict[str, Const]
+    params: tuple[ParamDecl, ...]
+    enums: tuple[EnumType, ...]
+    request_fields: tuple[FieldDecl, ...]
+    shared_fields: tuple[FieldDecl, ...]
+    builtins: dict[str, Builtin]
+    functions: tuple[Function, ...]  # in dependency order: callees first
+    stages: tuple[Stage, ...]
+    traces: tuple[Trace, ...]
+    done: Expr
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def field(self, name: str) -> FieldDecl:
+        return next(f for f in self.request_fields if f.name == name)
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    @property
+    def per_request_stages(self) -> tuple[Stage, ...]:
+        return tuple(s for s in self.stages if not s.is_arbiter)
+
+    @property
+    def arbiter_stages(self) -> tuple[Stage, ...]:
+        return tuple(s for s in self.stages if s.is_arbiter)

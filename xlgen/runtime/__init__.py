@@ -1,0 +1,1 @@
+"""Runtime support shared by generated code: exact operations, builtins, the execution engine."""

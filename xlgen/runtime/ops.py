@@ -1,0 +1,169 @@
+"""The exact semantics of docs/semantics.md, in Python.
+
+Used by the checker's constant folder and by every generated simulator, so a
+folded constant and a simulated value can never disagree. The C++ twin of
+this file is xlgen/runtime/xl_runtime.cuh; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+# Runtime error codes, shared with xl_runtime.cuh (XL_ERR_*).
+ERR_DIV_ZERO = 1
+ERR_INDEX = 2
+ERR_SHIFT = 3
+ERR_CAST = 4
+ERR_BUILTIN = 5
+ERR_WATCHDOG = 6
+ERROR_NAMES = {
+    ERR_DIV_ZERO: "division by zero",
+    ERR_INDEX: "index out of range",
+    ERR_SHIFT: "shift amount out of range",
+    ERR_CAST: "float to integer conversion out of range",
+    ERR_BUILTIN: "builtin argument out of range",
+    ERR_WATCHDOG: "max_iterations watchdog",
+}
+
+
+class XlRuntimeError(Exception):
+    """A runtime error inside generated code; `line` is the .xl source line."""
+
+    def __init__(self, code: int, line: int = 0):
+        super().__init__(ERROR_NAMES.get(code, f"error {code}"))
+        self.code = code
+        self.line = line
+
+
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+CANONICAL_NAN_BITS = 0x7FC00000
+
+
+def f32(x: float) -> float:
+    """Round a binary64 value to the nearest binary32 (ties to even)."""
+    try:
+        return _F32.unpack(_F32.pack(x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def f32_bits(x: float) -> int:
+    """The binary32 bit pattern of x (NaNs canonicalised, as traces store them)."""
+    if x != x:
+        return CANONICAL_NAN_BITS
+    return _U32.unpack(_F32.pack(x))[0]
+
+
+def bits_f32(bits: int) -> float:
+    return _F32.unpack(_U32.pack(bits & 0xFFFFFFFF))[0]
+
+
+def wrap_i32(x: int) -> int:
+    return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def wrap_u32(x: int) -> int:
+    return x & 0xFFFFFFFF
+
+
+def div_i32(a: int, b: int) -> int:
+    if b == 0:
+        raise XlRuntimeError(ERR_DIV_ZERO)
+    q = abs(a) // abs(b)
+    return wrap_i32(q if (a < 0) == (b < 0) else -q)
+
+
+def rem_i32(a: int, b: int) -> int:
+    if b == 0:
+        raise XlRuntimeError(ERR_DIV_ZERO)
+    r = abs(a) % abs(b)
+    return wrap_i32(-r if a < 0 else r)
+
+
+def div_u32(a: int, b: int) -> int:
+    if b == 0:
+        raise XlRuntimeError(ERR_DIV_ZERO)
+    return a // b
+
+
+def rem_u32(a: int, b: int) -> int:
+    if b == 0:
+        raise XlRuntimeError(ERR_DIV_ZERO)
+    return a % b
+
+
+def div_f32(a: float, b: float) -> float:
+    if b == 0.0:
+        if a != a or a == 0.0:
+            return math.nan
+        negative = (math.copysign(1.0, a) < 0) != (math.copysign(1.0, b) < 0)
+        return -math.inf if negative else math.inf
+    return f32(a / b)
+
+
+def _shift_amount(n: int) -> int:
+    if n < 0 or n > 31:
+        raise XlRuntimeError(ERR_SHIFT)
+    return n
+
+
+def shl_i32(a: int, n: int) -> int:
+    return wrap_i32(a << _shift_amount(n))
+
+
+def shl_u32(a: int, n: int) -> int:
+    return wrap_u32(a << _shift_amount(n))
+
+
+def shr_i32(a: int, n: int) -> int:
+    return a >> _shift_amount(n)  # arithmetic: Python's >> on negative ints floors, as sign fill does
+
+
+def shr_u32(a: int, n: int) -> int:
+    return a >> _shift_amount(n)
+
+
+def f32_to_i32(x: float) -> int:
+    if x != x or not (-2147483649.0 < x < 2147483648.0):
+        raise XlRuntimeError(ERR_CAST)
+    return int(x)
+
+
+def f32_to_u32(x: float) -> int:
+    if x != x or not (-1.0 < x < 4294967296.0):
+        raise XlRuntimeError(ERR_CAST)
+    return int(x)
+
+
+def sqrt_f32(x: float) -> float:
+    if x != x or x < 0.0:
+        return math.nan
+    return f32(math.sqrt(x))
+
+
+def min_(a, b):
+    return b if b < a else a
+
+
+def max_(a, b):
+    return b if b > a else a
+
+
+def clamp(x, lo, hi):
+    return min_(max_(x, lo), hi)
+
+
+def abs_i32(x: int) -> int:
+    return wrap_i32(abs(x))
+
+
+def abs_f32(x: float) -> float:
+    return abs(x)
+
+
+def check_index(i: int, n: int) -> int:
+    if i < 0 or i >= n:
+        raise XlRuntimeError(ERR_INDEX)
+    return i
