@@ -279,3 +279,5 @@ class Module(Node):
     items: tuple[Node, ...]
     file: str = field(default="", compare=False)
     loc: Loc = _loc()
+    # Comments and blank lines for `xlgen fmt` (see xlgen/comments.py); not part of equality.
+    comments: dict = field(default_factory=dict, compare=False, repr=False)

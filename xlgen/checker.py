@@ -172,11 +172,23 @@ class Context:
         return None
 
 
-def _parse_int(text: str) -> tuple[int, bool]:
+def _parse_int(text: str) -> tuple[int | None, bool]:
+    """The value of an integer literal (None when it has no digits, as in `0x_`)."""
     unsigned = text.endswith("u")
     body = text[:-1] if unsigned else text
     body = body.replace("_", "")
-    return int(body, 16 if body[:2].lower() == "0x" else 10), unsigned
+    base = 16 if body[:2].lower() == "0x" else 10
+    digits = body[2:] if base == 16 else body
+    if not digits:
+        return None, unsigned
+    if len(digits.lstrip("0")) > 20:  # far beyond 32 bits (and int() refuses very long strings)
+        return 1 << 80, unsigned
+    return int(digits, base), unsigned
+
+
+def _short(text: str) -> str:
+    """A literal as quoted in a message (very long ones abbreviated)."""
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-10:]}"
 
 
 def _flexible_int(node: A.Node) -> bool:
@@ -258,6 +270,9 @@ class Checker:
 
     def _declare(self, items) -> None:
         def add(name: str, kind: str, loc: Loc, node=None) -> None:
+            if name.startswith("xl_"):
+                self.error(loc, f"names starting with 'xl_' are reserved for generated code")
+                return
             if name in RESERVED:
                 self.error(loc, f"'{name}' is a reserved name")
                 return
@@ -529,6 +544,9 @@ class Checker:
                 self.sink.warning(local.loc, f"unused variable '{name}'")
 
     def _check_local_name(self, name: str, loc: Loc, ctx: Context | None = None) -> bool:
+        if name.startswith("xl_"):
+            self.error(loc, f"names starting with 'xl_' are reserved for generated code")
+            return False
         if name in RESERVED:
             self.error(loc, f"'{name}' is a reserved name")
             return False
@@ -703,20 +721,23 @@ class Checker:
 
     def expr_IntLit(self, node: A.IntLit, ctx, expected, negate: bool = False):
         value, unsigned = _parse_int(node.text)
+        if value is None:
+            self.error(node.loc, f"integer literal {node.text} has no digits")
+            return None
         t = U32 if unsigned or expected == U32 else I32
         if negate:
             value = -value
         lo, hi = (0, 0xFFFFFFFF) if t == U32 else (-(1 << 31), (1 << 31) - 1)
         if not lo <= value <= hi:
             hint = "; add a 'u' suffix for u32" if t == I32 and 0 <= value <= 0xFFFFFFFF else ""
-            self.error(node.loc, f"integer literal {node.text} does not fit in {t}{hint}")
+            self.error(node.loc, f"integer literal {_short(node.text)} does not fit in {t}{hint}")
             return None
         return ir.Const(value, t, node.loc)
 
     def expr_FloatLit(self, node: A.FloatLit, ctx, expected):
         value = ops.f32(float(node.text))
         if value in (float("inf"), float("-inf")):
-            self.error(node.loc, f"float literal {node.text} is too large for f32")
+            self.error(node.loc, f"float literal {_short(node.text)} is too large for f32")
             return None
         return ir.Const(value, F32, node.loc)
 

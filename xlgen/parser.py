@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import bisect
+import contextvars
 import functools
+from dataclasses import dataclass
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast as A
+from . import comments as C
 from .diagnostics import Diagnostic, Loc
 from .resources import data_dir
+
+# Deepest allowed syntax tree. The transformer, the checker, the printer and the
+# emitters all recurse over the tree; this keeps them far from Python's limit.
+MAX_NESTING = 100
+
+# The comment tokens of the parse in progress. The Lark instance is shared, so
+# its lexer callback appends to whatever list the current parse_text installed.
+_COMMENTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("xl_comments", default=None)
+
+
+def _on_comment(tok: Token) -> Token:
+    sink = _COMMENTS.get()
+    if sink is not None:
+        sink.append(tok)
+    return tok
 
 
 @functools.cache
 def _lark() -> Lark:
     text = (data_dir("grammar") / "xl.lark").read_text()
-    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False,
+                lexer_callbacks={"COMMENT": _on_comment})
 
 
 # How a terminal is named in an error message.
@@ -50,13 +70,124 @@ def _token_text(tok: Token) -> str:
 
 
 def parse_text(text: str, file: str) -> A.Module:
-    """Parse one .xl file. Raises ParseFailure (holding a Diagnostic) on bad syntax."""
+    """Parse one .xl file. Raises ParseFailure (holding a Diagnostic) on bad syntax.
+
+    The module's `comments` table records where each comment and blank line
+    goes when the module is printed again (xlgen/comments.py).
+    """
+    comments: list[Token] = []
+    reset = _COMMENTS.set(comments)
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as exc:
         raise ParseFailure(_diagnose(exc, text, file)) from None
-    module = _ToAst(file).transform(tree)
-    return A.Module(module.pipeline, module.items, file=file, loc=Loc(file, 1, 1))
+    finally:
+        _COMMENTS.reset(reset)
+    _check_nesting(tree, file)
+    builder = _ToAst(file)
+    module = builder.transform(tree)
+    table = _attach_comments(text, comments, builder.lines, builder.enums)
+    return A.Module(module.pipeline, module.items, file=file, loc=Loc(file, 1, 1), comments=table)
+
+
+def comment_tokens(text: str) -> list[str]:
+    """The text of every comment in `text`, in order (lexing only)."""
+    return [str(t) for t in _lark().lex(text, dont_ignore=True) if t.type == "COMMENT"]
+
+
+def _check_nesting(tree: Tree, file: str) -> None:
+    """Reject trees deeper than MAX_NESTING, without recursing over them."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            loc = Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1))
+            raise ParseFailure(Diagnostic("error", loc, (
+                f"nesting too deep: blocks and expressions may nest at most {MAX_NESTING} levels "
+                "(each operator of a chain like a + b + c counts as one); split it up with 'let'")))
+        for child in reversed(node.children):
+            if isinstance(child, Tree):
+                stack.append((child, depth + 1))
+
+
+@dataclass
+class _Line:
+    """A line the printer will print: where it starts and ends in the source."""
+
+    start: tuple[int, int]  # (line, column) of its first token
+    end: tuple[int, int]  # just after its last token
+    key: tuple
+
+
+@dataclass
+class _EnumSpan:
+    """An enum or flag set: one printed line, or one per member when it holds comments."""
+
+    node: A.EnumDecl
+    start: tuple[int, int]
+    end: tuple[int, int]
+
+
+def _attach_comments(text: str, comments: list[Token], lines: list[_Line], enums: list[_EnumSpan]) -> dict:
+    """Give each comment to the printed line it belongs to (see xlgen/comments.py).
+
+    An own-line comment leads the next printed line; a comment after code trails
+    the printed line that code belongs to; a comment inside a construct the
+    printer puts on one line (a multi-line expression) leads that line.
+    """
+    src = text.split("\n")
+
+    def own_line(pos) -> bool:
+        line, col = pos
+        return src[line - 1][: col - 1].strip() == ""
+
+    def blank_before(pos) -> bool:
+        line = pos[0]
+        return own_line(pos) and line >= 2 and src[line - 2].strip() == ""
+
+    positions = sorted((t.line, t.column) for t in comments)
+    comment_text = {(t.line, t.column): str(t).rstrip() for t in comments}
+    lines = list(lines)
+    table: dict = {}
+    for span in enums:
+        node = span.node
+        name_end = (node.loc.line, node.loc.col + len(node.name))
+        i = bisect.bisect_left(positions, name_end)
+        if i < len(positions) and positions[i] < span.end:
+            table[C.head(node)] = C.LineComments(multiline=True)
+            lines.append(_Line(span.start, name_end, C.head(node)))
+            for m in node.members:
+                lines.append(_Line((m.loc.line, m.loc.col), (m.loc.line, m.loc.col + len(m.name)), C.head(m)))
+            brace = (span.end[0], span.end[1] - 1)
+            lines.append(_Line(brace, span.end, C.close(node)))
+        else:
+            lines.append(_Line(span.start, span.end, C.head(node)))
+    lines.sort(key=lambda ln: ln.start)
+    starts = [ln.start for ln in lines]
+
+    def info(key) -> C.LineComments:
+        if key not in table:
+            table[key] = C.LineComments()
+        return table[key]
+
+    for ln in lines:
+        if blank_before(ln.start):
+            info(ln.key).blank_before = True
+    for pos in positions:
+        entry = (comment_text[pos], blank_before(pos))
+        j = bisect.bisect_left(starts, pos) - 1
+        if j >= 0 and pos < lines[j].end:  # inside a construct printed on one line
+            info(lines[j].key).leading.append(entry)
+        elif j >= 0 and not own_line(pos):  # after code: trails that code's line
+            target = info(lines[j].key)
+            if target.trailing is not None:
+                target.leading.append((target.trailing, False))
+            target.trailing = entry[0]
+        else:
+            key = lines[j + 1].key if j + 1 < len(lines) else C.EOF
+            info(key).leading.append(entry)
+    return table
 
 
 class ParseFailure(Exception):
@@ -100,6 +231,16 @@ def _hint(exc: UnexpectedToken) -> str:
     return ""
 
 
+@dataclass
+class _Block:
+    """A `{ ... }` body, with where its braces are (for placing comments)."""
+
+    stmts: tuple
+    after_open: tuple[int, int]
+    close: tuple[int, int]
+    after_close: tuple[int, int]
+
+
 def _loc_of(file: str, meta_or_tok) -> Loc:
     line = getattr(meta_or_tok, "line", None)
     col = getattr(meta_or_tok, "column", None)
@@ -114,9 +255,20 @@ class _ToAst(Transformer):
     def __init__(self, file: str):
         super().__init__()
         self.file = file
+        self.lines: list[_Line] = []  # every printed line, for placing comments
+        self.enums: list[_EnumSpan] = []
 
     def _loc(self, meta) -> Loc:
         return _loc_of(self.file, meta)
+
+    def _line(self, meta, key) -> None:
+        """Record a construct the printer prints on one line."""
+        self.lines.append(_Line((meta.line, meta.column), (meta.end_line, meta.end_column), key))
+
+    def _block_lines(self, node, meta, body: "_Block") -> None:
+        """Record `header {` ... `}` of a function, stage or loop."""
+        self.lines.append(_Line((meta.line, meta.column), body.after_open, C.head(node)))
+        self.lines.append(_Line(body.close, body.after_close, C.close(node)))
 
     # ---- top level
     @v_args(meta=True)
@@ -130,49 +282,71 @@ class _ToAst(Transformer):
                 items.append(child)
         return A.Module(pipeline, tuple(items), file=self.file)
 
-    def pipeline_header(self, children):
+    @v_args(meta=True)
+    def pipeline_header(self, meta, children):
+        self._line(meta, C.PIPELINE)
         return ("pipeline", str(children[0]))
 
     @v_args(meta=True)
     def import_decl(self, meta, children):
-        return A.Import(str(children[0])[1:-1], loc=self._loc(meta))
+        node = A.Import(str(children[0])[1:-1], loc=self._loc(meta))
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def const_decl(self, meta, children):
         name, type_, value = children
-        return A.Const(str(name), type_, value, loc=_loc_of(self.file, name))
+        node = A.Const(str(name), type_, value, loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def param_decl(self, meta, children):
         name, type_, value = children
-        return A.Param(str(name), type_, value, loc=_loc_of(self.file, name))
+        node = A.Param(str(name), type_, value, loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
 
     def name_list(self, children):
         return tuple(A.Ident(str(t), loc=_loc_of(self.file, t)) for t in children)
 
     @v_args(meta=True)
     def enum_decl(self, meta, children):
-        name, members = children
-        return A.EnumDecl(str(name), members, False, loc=_loc_of(self.file, name))
+        return self._enum(meta, children, False)
 
     @v_args(meta=True)
     def flags_decl(self, meta, children):
+        return self._enum(meta, children, True)
+
+    def _enum(self, meta, children, is_flags: bool):
         name, members = children
-        return A.EnumDecl(str(name), members, True, loc=_loc_of(self.file, name))
+        node = A.EnumDecl(str(name), members, is_flags, loc=_loc_of(self.file, name))
+        self.enums.append(_EnumSpan(node, (meta.line, meta.column), (meta.end_line, meta.end_column)))
+        return node
 
     @v_args(meta=True)
     def request_decl(self, meta, children):
-        return A.StateBlock("request", tuple(children), loc=self._loc(meta))
+        return self._state_block("request", meta, children)
 
     @v_args(meta=True)
     def shared_decl(self, meta, children):
-        return A.StateBlock("shared", tuple(children), loc=self._loc(meta))
+        return self._state_block("shared", meta, children)
+
+    def _state_block(self, kind: str, meta, children):
+        node = A.StateBlock(kind, tuple(children), loc=self._loc(meta))
+        keyword_end = (meta.line, meta.column + len(kind))
+        self.lines.append(_Line((meta.line, meta.column), keyword_end, C.head(node)))
+        brace = (meta.end_line, meta.end_column - 1)
+        self.lines.append(_Line(brace, (meta.end_line, meta.end_column), C.close(node)))
+        return node
 
     @v_args(meta=True)
     def field(self, meta, children):
         name, type_ = children[0], children[1]
         init = children[2] if len(children) > 2 else None
-        return A.Field(str(name), type_, init, loc=_loc_of(self.file, name))
+        node = A.Field(str(name), type_, init, loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def builtin_decl(self, meta, children):
@@ -188,7 +362,9 @@ class _ToAst(Transformer):
                 params = child
             else:
                 ret = child
-        return A.BuiltinDecl(str(name), params, ret, warp, loc=_loc_of(self.file, name))
+        node = A.BuiltinDecl(str(name), params, ret, warp, loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def fn_decl(self, meta, children):
@@ -198,7 +374,9 @@ class _ToAst(Transformer):
         if rest and isinstance(rest[0], tuple) and not isinstance(rest[0], A.Node):
             params, rest = rest[0], rest[1:]
         ret, body = rest
-        return A.FnDecl(str(name), params, ret, body, loc=_loc_of(self.file, name))
+        node = A.FnDecl(str(name), params, ret, body.stmts, loc=_loc_of(self.file, name))
+        self._block_lines(node, meta, body)
+        return node
 
     def param_list(self, children):
         return tuple(children)
@@ -216,17 +394,23 @@ class _ToAst(Transformer):
         kind, name = children[0], children[1]
         guard = children[2] if len(children) == 4 else None
         body = children[-1]
-        return A.StageDecl(kind, str(name), guard, body, loc=_loc_of(self.file, name))
+        node = A.StageDecl(kind, str(name), guard, body.stmts, loc=_loc_of(self.file, name))
+        self._block_lines(node, meta, body)
+        return node
 
     @v_args(meta=True)
     def trace_decl(self, meta, children):
         stage, *fields = children
         idents = tuple(A.Ident(str(t), loc=_loc_of(self.file, t)) for t in fields)
-        return A.TraceDecl(str(stage), idents, loc=_loc_of(self.file, stage))
+        node = A.TraceDecl(str(stage), idents, loc=_loc_of(self.file, stage))
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def done_decl(self, meta, children):
-        return A.DoneDecl(children[0], loc=self._loc(meta))
+        node = A.DoneDecl(children[0], loc=self._loc(meta))
+        self._line(meta, C.head(node))
+        return node
 
     # ---- types
     @v_args(meta=True)
@@ -242,14 +426,20 @@ class _ToAst(Transformer):
         return A.TypeRef(str(children[0]), None, True, loc=self._loc(meta))
 
     # ---- statements
-    def block(self, children):
-        return tuple(children)
+    @v_args(meta=True)
+    def block(self, meta, children):
+        return _Block(tuple(children), (meta.line, meta.column + 1),
+                      (meta.end_line, meta.end_column - 1), (meta.end_line, meta.end_column))
+
+    def _stmt(self, meta, node):
+        self._line(meta, C.head(node))
+        return node
 
     @v_args(meta=True)
     def let_stmt(self, meta, children):
         name = children[0]
         type_ = children[1] if len(children) == 3 else None
-        return A.Let(str(name), type_, children[-1], loc=self._loc(meta))
+        return self._stmt(meta, A.Let(str(name), type_, children[-1], loc=self._loc(meta)))
 
     def name_lvalue(self, children):
         return (str(children[0]), None)
@@ -260,18 +450,26 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def assign_stmt(self, meta, children):
         (target, index), op, value = children
-        return A.Assign(target, index, str(op), value, loc=self._loc(meta))
+        return self._stmt(meta, A.Assign(target, index, str(op), value, loc=self._loc(meta)))
 
     @v_args(meta=True)
     def if_stmt(self, meta, children):
-        arms = [(children[0], children[1])]
+        blocks = [children[1]]
+        arms = [(children[0], children[1].stmts)]
         otherwise = None
         for child in children[2:]:
             if child[0] == "elif":
-                arms.append((child[1], child[2]))
+                arms.append((child[1], child[2].stmts))
+                blocks.append(child[2])
             else:
-                otherwise = child[1]
-        return A.If(tuple(arms), otherwise, loc=self._loc(meta))
+                otherwise = child[1].stmts
+                blocks.append(child[1])
+        node = A.If(tuple(arms), otherwise, loc=self._loc(meta))
+        self.lines.append(_Line((meta.line, meta.column), blocks[0].after_open, C.head(node)))
+        for i in range(1, len(blocks)):  # `} elif c {` and `} else {`
+            self.lines.append(_Line(blocks[i - 1].close, blocks[i].after_open, C.arm(node, i)))
+        self.lines.append(_Line(blocks[-1].close, blocks[-1].after_close, C.close(node)))
+        return node
 
     def elif_arm(self, children):
         return ("elif", children[0], children[1])
@@ -282,24 +480,26 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def for_stmt(self, meta, children):
         var, start, stop, body = children
-        return A.For(str(var), start, stop, body, loc=self._loc(meta))
+        node = A.For(str(var), start, stop, body.stmts, loc=self._loc(meta))
+        self._block_lines(node, meta, body)
+        return node
 
     @v_args(meta=True)
     def break_stmt(self, meta, children):
-        return A.Break(loc=self._loc(meta))
+        return self._stmt(meta, A.Break(loc=self._loc(meta)))
 
     @v_args(meta=True)
     def continue_stmt(self, meta, children):
-        return A.Continue(loc=self._loc(meta))
+        return self._stmt(meta, A.Continue(loc=self._loc(meta)))
 
     @v_args(meta=True)
     def return_stmt(self, meta, children):
-        return A.Return(children[0], loc=self._loc(meta))
+        return self._stmt(meta, A.Return(children[0], loc=self._loc(meta)))
 
     @v_args(meta=True)
     def call_stmt(self, meta, children):
         call = self.call(meta, children)
-        return A.CallStmt(call, loc=call.loc)
+        return self._stmt(meta, A.CallStmt(call, loc=call.loc))
 
     # ---- expressions
     @v_args(meta=True)

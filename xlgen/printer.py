@@ -1,8 +1,17 @@
-"""AST -> canonical .xl text (`xlgen fmt`). parse(print(parse(x))) == parse(x)."""
+"""AST -> canonical .xl text (`xlgen fmt`). parse(print(parse(x))) == parse(x).
+
+Comments and blank lines come from the module's side table (xlgen/comments.py):
+own-line comments are printed above the line they lead, at its indentation;
+a trailing comment stays at the end of its line. A blank line always separates
+top-level declarations (except runs of one-line declarations of one kind), and
+a single blank line written between statements, fields or declarations is kept.
+Printing is idempotent: fmt(fmt(x)) == fmt(x).
+"""
 
 from __future__ import annotations
 
 from . import ast as A
+from . import comments as C
 
 INDENT = "    "
 # Binding strength of each binary operator, loosest first (as in grammar/xl.lark).
@@ -11,53 +20,150 @@ _LEVELS = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "has"), ("|",), 
 PRECEDENCE = {op: i + 2 for i, ops in enumerate(_LEVELS) for op in ops}
 COND_PREC, CAST_PREC, UNARY_PREC, ATOM_PREC = 1, 11, 12, 13
 NON_ASSOCIATIVE = set(_LEVELS[2])
+ONE_LINERS = (A.Import, A.Const, A.Param, A.BuiltinDecl, A.TraceDecl)
 
 
 def format_module(module: A.Module) -> str:
-    out: list[str] = []
+    p = _Printer(module.comments)
     if module.pipeline:
-        out.append(f"pipeline {module.pipeline}")
+        p.line(0, f"pipeline {module.pipeline}", C.PIPELINE)
     previous = None
     for item in module.items:
         kind = type(item)
-        one_liner = kind in (A.Import, A.Const, A.Param, A.BuiltinDecl, A.TraceDecl)
-        if out and not (one_liner and kind is previous):
-            out.append("")
-        out.extend(_item(item))
+        separate = not (kind in ONE_LINERS and kind is previous)
+        p.item(item, separate)
         previous = kind
-    return "\n".join(out) + "\n"
+    p.end_of_file()
+    return "\n".join(p.out) + "\n" if p.out else ""
 
 
-def _item(item) -> list[str]:
+class _Printer:
+    def __init__(self, table: dict | None):
+        self.table = table or {}
+        self.out: list[str] = []
+        self.fresh = True  # at the start of the file or of a block: no blank line here
+
+    # ---- lines, comments, blank lines
+    def _blank(self, wanted: bool) -> None:
+        if wanted and not self.fresh and self.out and self.out[-1] != "":
+            self.out.append("")
+
+    def line(self, depth: int, text: str, key, *, separate: bool = False, closing: bool = False) -> None:
+        """Print one line with its comments. `separate`: a blank line above it (top level).
+        `closing`: a line starting with `}`; comments above it belong inside the block."""
+        info = self.table.get(key) or C.LineComments()
+        comment_pad = INDENT * (depth + 1 if closing else depth)
+        first = True
+        for comment, blank in info.leading:
+            self._blank((separate or blank) if first else blank)
+            first = False
+            self.out.append(comment_pad + comment)
+            self.fresh = False
+        own_blank = info.blank_before and not closing
+        self._blank((separate or own_blank) if first else own_blank)
+        trailing = f"  {info.trailing}" if info.trailing else ""
+        self.out.append(INDENT * depth + text + trailing)
+        self.fresh = text.endswith("{")
+
+    def end_of_file(self) -> None:
+        info = self.table.get(C.EOF)
+        for comment, blank in info.leading if info else ():
+            self._blank(blank)
+            self.out.append(comment)
+            self.fresh = False
+
+    # ---- declarations
+    def item(self, item, separate: bool) -> None:
+        key = C.head(item)
+        if isinstance(item, A.EnumDecl):
+            keyword = "flags" if item.is_flags else "enum"
+            info = self.table.get(key)
+            if info is not None and info.multiline:
+                self.line(0, f"{keyword} {item.name} {{", key, separate=separate)
+                for m in item.members:
+                    self.line(1, f"{m.name},", C.head(m))
+                self.line(0, "}", C.close(item), closing=True)
+            else:
+                members = ", ".join(m.name for m in item.members)
+                self.line(0, f"{keyword} {item.name} {{ {members} }}", key, separate=separate)
+        elif isinstance(item, A.StateBlock):
+            self.line(0, f"{item.kind} {{", key, separate=separate)
+            for f in item.fields:
+                init = f" = {expr(f.init)}" if f.init is not None else ""
+                self.line(1, f"{f.name}: {_type(f.type)}{init}", C.head(f))
+            self.line(0, "}", C.close(item), closing=True)
+        elif isinstance(item, A.FnDecl):
+            self.line(0, f"fn {item.name}({_params(item.params)}) -> {_type(item.ret)} {{", key, separate=separate)
+            self.block(item.body, 1)
+            self.line(0, "}", C.close(item), closing=True)
+        elif isinstance(item, A.StageDecl):
+            guard = f" when {expr(item.guard)}" if item.guard is not None else ""
+            self.line(0, f"{item.kind} {item.name}{guard} {{", key, separate=separate)
+            self.block(item.body, 1)
+            self.line(0, "}", C.close(item), closing=True)
+        else:
+            self.line(0, _one_line_item(item), key, separate=separate)
+
+    # ---- statements
+    def block(self, stmts, depth: int) -> None:
+        for s in stmts:
+            self.stmt(s, depth)
+
+    def stmt(self, s, depth: int) -> None:
+        key = C.head(s)
+        if isinstance(s, A.If):
+            for i, (cond, body) in enumerate(s.arms):
+                if i == 0:
+                    self.line(depth, f"if {expr(cond)} {{", key)
+                else:
+                    self.line(depth, f"}} elif {expr(cond)} {{", C.arm(s, i), closing=True)
+                self.block(body, depth + 1)
+            if s.otherwise is not None:
+                self.line(depth, "} else {", C.arm(s, len(s.arms)), closing=True)
+                self.block(s.otherwise, depth + 1)
+            self.line(depth, "}", C.close(s), closing=True)
+        elif isinstance(s, A.For):
+            self.line(depth, f"for {s.var} in {expr(s.start)}..{expr(s.stop)} {{", key)
+            self.block(s.body, depth + 1)
+            self.line(depth, "}", C.close(s), closing=True)
+        else:
+            self.line(depth, _simple_stmt(s), key)
+
+
+def _one_line_item(item) -> str:
     if isinstance(item, A.Import):
-        return [f'import "{item.path}"']
+        return f'import "{item.path}"'
     if isinstance(item, A.Const):
-        return [f"const {item.name}: {_type(item.type)} = {expr(item.value)}"]
+        return f"const {item.name}: {_type(item.type)} = {expr(item.value)}"
     if isinstance(item, A.Param):
-        return [f"param {item.name}: {_type(item.type)} = {expr(item.value)}"]
-    if isinstance(item, A.EnumDecl):
-        keyword = "flags" if item.is_flags else "enum"
-        return [f"{keyword} {item.name} {{ {', '.join(m.name for m in item.members)} }}"]
-    if isinstance(item, A.StateBlock):
-        lines = [f"{item.kind} {{"]
-        for f in item.fields:
-            init = f" = {expr(f.init)}" if f.init is not None else ""
-            lines.append(f"{INDENT}{f.name}: {_type(f.type)}{init}")
-        return lines + ["}"]
+        return f"param {item.name}: {_type(item.type)} = {expr(item.value)}"
     if isinstance(item, A.BuiltinDecl):
         warp = "warp " if item.warp else ""
         ret = f" -> {_type(item.ret)}" if item.ret else ""
-        return [f"builtin {warp}fn {item.name}({_params(item.params)}){ret}"]
-    if isinstance(item, A.FnDecl):
-        return [f"fn {item.name}({_params(item.params)}) -> {_type(item.ret)} {{", *_block(item.body, 1), "}"]
-    if isinstance(item, A.StageDecl):
-        guard = f" when {expr(item.guard)}" if item.guard is not None else ""
-        return [f"{item.kind} {item.name}{guard} {{", *_block(item.body, 1), "}"]
+        return f"builtin {warp}fn {item.name}({_params(item.params)}){ret}"
     if isinstance(item, A.TraceDecl):
-        return [f"trace {item.stage}: {', '.join(f.name for f in item.fields)}"]
+        return f"trace {item.stage}: {', '.join(f.name for f in item.fields)}"
     if isinstance(item, A.DoneDecl):
-        return [f"done when {expr(item.cond)}"]
+        return f"done when {expr(item.cond)}"
     raise TypeError(item)
+
+
+def _simple_stmt(s) -> str:
+    if isinstance(s, A.Let):
+        t = f": {_type(s.type)}" if s.type else ""
+        return f"let {s.name}{t} = {expr(s.value)}"
+    if isinstance(s, A.Assign):
+        target = s.target if s.index is None else f"{s.target}[{expr(s.index)}]"
+        return f"{target} {s.op} {expr(s.value)}"
+    if isinstance(s, A.Break):
+        return "break"
+    if isinstance(s, A.Continue):
+        return "continue"
+    if isinstance(s, A.Return):
+        return f"return {expr(s.value)}"
+    if isinstance(s, A.CallStmt):
+        return expr(s.call)
+    raise TypeError(s)
 
 
 def _params(params) -> str:
@@ -70,44 +176,6 @@ def _type(t: A.TypeRef) -> str:
     if t.length is not None:
         return f"{t.name}[{expr(t.length)}]"
     return t.name
-
-
-def _block(stmts, depth: int) -> list[str]:
-    lines: list[str] = []
-    for s in stmts:
-        lines.extend(_stmt(s, depth))
-    return lines
-
-
-def _stmt(s, depth: int) -> list[str]:
-    pad = INDENT * depth
-    if isinstance(s, A.Let):
-        t = f": {_type(s.type)}" if s.type else ""
-        return [f"{pad}let {s.name}{t} = {expr(s.value)}"]
-    if isinstance(s, A.Assign):
-        target = s.target if s.index is None else f"{s.target}[{expr(s.index)}]"
-        return [f"{pad}{target} {s.op} {expr(s.value)}"]
-    if isinstance(s, A.If):
-        lines = []
-        for i, (cond, body) in enumerate(s.arms):
-            head = "if" if i == 0 else "} elif"
-            lines.append(f"{pad}{head} {expr(cond)} {{")
-            lines.extend(_block(body, depth + 1))
-        if s.otherwise is not None:
-            lines.append(f"{pad}}} else {{")
-            lines.extend(_block(s.otherwise, depth + 1))
-        return lines + [f"{pad}}}"]
-    if isinstance(s, A.For):
-        return [f"{pad}for {s.var} in {expr(s.start)}..{expr(s.stop)} {{", *_block(s.body, depth + 1), f"{pad}}}"]
-    if isinstance(s, A.Break):
-        return [f"{pad}break"]
-    if isinstance(s, A.Continue):
-        return [f"{pad}continue"]
-    if isinstance(s, A.Return):
-        return [f"{pad}return {expr(s.value)}"]
-    if isinstance(s, A.CallStmt):
-        return [f"{pad}{expr(s.call)}"]
-    raise TypeError(s)
 
 
 def expr(e, context: int = 0) -> str:

@@ -1,0 +1,128 @@
+"""Program -> files: renders every template for a pipeline and writes only what changed."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import jinja2
+
+from . import __version__, ir
+from .checker import load_program
+from .resources import data_dir
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["add_prefix"] = lambda s, prefix: prefix + s
+    env.filters["pyrepr"] = repr
+    return env
+
+
+def display_source(program: ir.Program) -> str:
+    return Path(program.main_file).as_posix()
+
+
+def render(program: ir.Program) -> dict[str, str]:
+    """Every generated file for a program: {file name: text}."""
+    from .emit_cpp import CppEmitter
+    from .emit_python import PyEmitter
+
+    env = environment()
+    common = {"version": __version__, "source": display_source(program)}
+    name = program.name
+    cpp = CppEmitter(program).context()
+    return {
+        f"{name}_sim.py": env.get_template("sim.py.j2").render(**common, **PyEmitter(program).context()),
+        f"{name}_kernel.cuh": env.get_template("kernel.cuh.j2").render(**common, **cpp),
+        f"{name}_cpu.cpp": env.get_template("cpu.cpp.j2").render(**common, **cpp),
+        f"{name}_gpu.cu": env.get_template("gpu.cu.j2").render(**common, **cpp),
+    }
+
+
+def write_if_different(path: Path, text: str, write: bool = True) -> str:
+    if path.exists() and path.read_text() == text:
+        return "unchanged"
+    status = "updated" if path.exists() else "created"
+    if write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return status if write else "stale"
+
+
+def build_pipeline(source: str | Path, out_dir: str | Path, write: bool = True) -> dict[str, str]:
+    program, _warnings = load_program(source)
+    out = Path(out_dir)
+    return {str(out / name): write_if_different(out / name, text, write) for name, text in render(program).items()}
+
+
+def cache_dir() -> Path:
+    import os
+
+    root = Path(os.environ.get("XLGEN_CACHE", Path.home() / ".cache" / "xlgen"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+class Compiled:
+    """A checked program with its generated sources (in a content-addressed cache dir)."""
+
+    def __init__(self, program: ir.Program):
+        self.program = program
+        self.files = render(program)
+        digest = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in sorted(self.files.items())).encode()).hexdigest()
+        self.key = digest[:16]
+        self.dir = cache_dir() / f"{program.name}-{self.key}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for fname, text in self.files.items():
+            write_if_different(self.dir / fname, text)
+        self._sim = None
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    def sim_module(self):
+        if self._sim is None:
+            path = self.dir / f"{self.name}_sim.py"
+            mod_name = f"xlgen_sim_{self.name}_{self.key}"
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+            self._sim = module
+        return self._sim
+
+
+def load(source: str | Path) -> Compiled:
+    """Check and generate a pipeline: `xlgen.load("stages/xl_spec.xl").sim_module()`."""
+    program, _warnings = load_program(source)
+    return Compiled(program)
+
+
+def load_text(text: str, name: str = "<memory>.xl") -> Compiled:
+    """Like load(), for source held in a string (tests, fuzzing)."""
+    from .checker import PRELUDE_NAME, check_modules
+    from .diagnostics import CompileError
+    from .parser import ParseFailure, parse_text
+    from .resources import runtime_dir
+
+    prelude = (runtime_dir() / "prelude.xl").read_text()
+    sources = {PRELUDE_NAME: prelude, name: text}
+    try:
+        modules = [parse_text(prelude, PRELUDE_NAME), parse_text(text, name)]
+    except ParseFailure as failure:
+        raise CompileError([failure.diagnostic], sources) from None
+    program, _ = check_modules(modules, sources)
+    return Compiled(program)

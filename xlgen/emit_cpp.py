@@ -1,0 +1,296 @@
+"""Typed IR -> C++ stage code shared by the CUDA mega-kernel and the CPU build.
+
+Runtime errors must come out exactly as in the simulator (docs/semantics.md):
+- a statement that can fail computes into temporaries, checks `err`, and only
+  then assigns, so a failing statement has no effect;
+- C++ leaves the order of operand evaluation unspecified, so each checked
+  operation in a statement carries a key: its position in left-to-right
+  evaluation order. `xl_err_set` keeps the error with the smallest key, which is
+  the one the simulator (evaluating left to right) raises first. Operations
+  after the first error see a substitute value (0), and can only record
+  errors with larger keys.
+"""
+
+from __future__ import annotations
+
+from . import cpp_ops, ir, names
+from .emit_python import may_raise
+from .layout import slots
+
+IND = "    "
+
+
+class CppEmitter:
+    def __init__(self, program: ir.Program):
+        self.program = program
+        self.key = 0  # evaluation-order key of the next checked operation in this statement
+        self.line = 0
+        self.bail = "return err;"
+        self.conds = 0  # names the temporaries of conditions that may fail
+        self.warp_stores = False  # True while emitting a per-request stage
+
+    # ---- expressions -------------------------------------------------------------
+
+    def _sink(self) -> str:
+        self.key += 1
+        return f"err, {self.key}, {self.line}"
+
+    def expr(self, e: ir.Expr) -> str:
+        return getattr(self, "expr_" + type(e).__name__)(e)
+
+    def expr_Const(self, e: ir.Const) -> str:
+        if e.name is not None:
+            if isinstance(e.type, ir.EnumType):
+                return f"{e.type.name}::{e.name}"
+            if e.name in self.program.consts:
+                return names.cpp(e.name)
+        return cpp_ops.literal(e.value, e.type)
+
+    def expr_Var(self, e: ir.Var) -> str:
+        return {
+            ir.LOCAL: names.cpp(e.name),
+            ir.FIELD: f"r.{names.cpp(e.name)}",
+            ir.SHARED: f"sh.{names.cpp(e.name)}",
+            ir.PARAM: f"p.{names.cpp(e.name)}",
+            ir.REQ_ID: "req_id",
+        }[e.kind]
+
+    def expr_Load(self, e: ir.Load) -> str:
+        index = self.expr(e.index)
+        if e.checked:
+            index = f"xl_idx({self._sink()}, {index}, {e.base.type.length})"
+        value = f"{self.expr(e.base)}[{index}]"
+        return f"(bool){value}" if e.type == ir.BOOL else value
+
+    def expr_Unary(self, e: ir.Unary) -> str:
+        return cpp_ops.unary_code(e, self.expr(e.operand))
+
+    def expr_Binary(self, e: ir.Binary) -> str:
+        a, b = self.expr(e.left), self.expr(e.right)
+        return cpp_ops.binary_code(e, a, b, self._sink() if cpp_ops.binary_is_checked(e) else "")
+
+    def expr_Select(self, e: ir.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.then)} : {self.expr(e.otherwise)})"
+
+    def expr_Cast(self, e: ir.Cast) -> str:
+        a = self.expr(e.operand)
+        return cpp_ops.cast_code(e, a, self._sink() if cpp_ops.cast_is_checked(e) else "")
+
+    def expr_Intrinsic(self, e: ir.Intrinsic) -> str:
+        return cpp_ops.intrinsic_code(e, [self.expr(a) for a in e.args])
+
+    def expr_Call(self, e: ir.Call) -> str:
+        args = []
+        for a in e.args:
+            code = self.expr(a)
+            if isinstance(a.type, ir.ArrayType):
+                args.append(f"{code}, {a.type.length}")
+            else:
+                args.append(code)
+        if e.builtin:
+            return f"xl_b_{e.func}({', '.join([self._sink()] + args)})"
+        self.key += 1
+        return f"fn_{e.func}({', '.join([f'err, {self.key}'] + args)})"
+
+    def statement_expr(self, e: ir.Expr, line: int) -> str:
+        """Start a new statement's key numbering, then emit `e`."""
+        self.key = 0
+        self.line = line
+        return self.expr(e)
+
+    # ---- statements --------------------------------------------------------------
+
+    def block(self, stmts, depth: int) -> list[str]:
+        lines: list[str] = []
+        for s in stmts:
+            lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
+        return lines
+
+    def stmt_Let(self, s: ir.Let, depth):
+        pad = IND * depth
+        value = self.statement_expr(s.value, s.loc.line)
+        decl = f"{pad}{cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
+        if may_raise(s.value):
+            return [decl, f"{pad}if (err.code) {self.bail}"]
+        return [decl]
+
+    def stmt_Assign(self, s: ir.Assign, depth):
+        pad = IND * depth
+        elem = s.target.type.elem if s.index is not None else s.target.type
+        value = self.statement_expr(s.value, s.loc.line)  # the value first, then the index: as in Python
+        target = self.expr(s.target)
+        index = None
+        if s.index is not None:
+            index = self.expr(s.index)
+            if s.checked:
+                index = f"xl_idx({self._sink()}, {index}, {s.target.type.length})"
+        if not (may_raise(s.value) or (s.index is not None and (s.checked or may_raise(s.index)))):
+            lhs = f"{target}[{index}]" if index is not None else target
+            return [f"{pad}{self._store(s.target, lhs, value)}"]
+        lines = [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(elem)} xl_v = {value};"]
+        if index is not None:
+            lines.append(f"{pad}{IND}const int32_t xl_i = {index};")
+        lines.append(f"{pad}{IND}if (err.code) {self.bail}")
+        lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
+        return lines + [f"{pad}}}"]
+
+    def _store(self, target: ir.Var, lhs: str, value: str) -> str:
+        """Request fields in per-request stages are stored by one lane of the warp (XL_WARP_STORE)."""
+        if target.kind == ir.FIELD and self.warp_stores:
+            return f"XL_WARP_STORE({lhs}, {value});"
+        return f"{lhs} = {value};"
+
+    def stmt_If(self, s: ir.If, depth):
+        return self._if_chain(list(s.arms), s.otherwise, depth)
+
+    def _if_chain(self, arms, otherwise, depth) -> list[str]:
+        pad = IND * depth
+        cond, body = arms[0]
+        code = _strip_parens(self.statement_expr(cond, cond.loc.line))
+        lines = []
+        if may_raise(cond):  # evaluate a condition that may fail on its own line, then branch
+            self.conds += 1
+            name = f"xl_c{self.conds}"
+            lines += [f"{pad}const bool {name} = {code};", f"{pad}if (err.code) {self.bail}"]
+            code = name
+        lines.append(f"{pad}if ({code}) {{")
+        lines += self.block(body, depth + 1)
+        rest = arms[1:]
+        if rest and not may_raise(rest[0][0]):
+            chained = self._if_chain(rest, otherwise, depth)
+            return lines + [f"{pad}}} else {chained[0].lstrip()}"] + chained[1:]
+        if rest:
+            lines.append(f"{pad}}} else {{")
+            lines += self._if_chain(rest, otherwise, depth + 1)
+        elif otherwise:
+            lines.append(f"{pad}}} else {{")
+            lines += self.block(otherwise, depth + 1)
+        return lines + [f"{pad}}}"]
+
+    def stmt_For(self, s: ir.For, depth):
+        pad = IND * depth
+        v = names.cpp(s.var)
+        head = f"{pad}for (int32_t {v} = {s.start}; {v} < {s.stop}; ++{v}) {{"
+        return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+
+    def stmt_Break(self, s, depth):
+        return [IND * depth + "break;"]
+
+    def stmt_Continue(self, s, depth):
+        return [IND * depth + "continue;"]
+
+    def stmt_Return(self, s: ir.Return, depth):
+        pad = IND * depth
+        value = self.statement_expr(s.value, s.loc.line)
+        if not may_raise(s.value):
+            return [f"{pad}return {value};"]
+        t = cpp_ops.value_type(s.value.type)
+        return [f"{pad}{{", f"{pad}{IND}const {t} xl_v = {value};", f"{pad}{IND}if (err.code) {self.bail}",
+                f"{pad}{IND}return xl_v;", f"{pad}}}"]
+
+    def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
+        pad = IND * depth
+        return [f"{pad}(void){self.statement_expr(s.expr, s.loc.line)};", f"{pad}if (err.code) {self.bail}"]
+
+    # ---- declarations --------------------------------------------------------------
+
+    def function(self, f: ir.Function) -> dict:
+        ret = cpp_ops.value_type(f.ret)
+        self.conds = 0
+        self.bail = f"return xl_raise<{ret}>(xl_caller, xl_key, err);"
+        params = ["XlErr& xl_caller", "int32_t xl_key"]
+        for a in f.params:
+            if isinstance(a.type, ir.ArrayType):
+                params.append(f"const {cpp_ops.storage_type(a.type.elem)} (&{names.cpp(a.name)})[{a.type.length}]")
+            else:
+                params.append(f"{cpp_ops.value_type(a.type)} {names.cpp(a.name)}")
+        body = self.block(f.body, 1)
+        return {"name": f.name, "ret": ret, "params": ", ".join(params), "loc": _loc_text(f.loc), "body": body}
+
+    def stage(self, s: ir.Stage, trace: ir.Trace | None) -> dict:
+        self.bail = "return err;"
+        self.warp_stores = not s.is_arbiter
+        self.conds = 0
+        guard = None
+        if s.guard is not None:
+            guard = self.statement_expr(s.guard, s.guard.loc.line)
+        body = self.block(s.body, 1)
+        self.warp_stores = False
+        return {
+            "name": s.name,
+            "index": s.index,
+            "arbiter": s.is_arbiter,
+            "loc": _loc_text(s.loc),
+            "guard": guard or "true",
+            "body": body,
+            "trace": self.trace(trace) if trace else None,
+        }
+
+    def trace(self, t: ir.Trace) -> dict:
+        lines = []
+        offset = 0
+        for name in t.fields:
+            f = self.program.field(name)
+            elem = f.type.elem if isinstance(f.type, ir.ArrayType) else f.type
+            word = "xl_f32_bits({})" if elem == ir.F32 else "(uint32_t)({})"
+            access = f"r.{names.cpp(name)}"
+            if isinstance(f.type, ir.ArrayType):
+                lines.append(f"for (int i = 0; i < {f.type.length}; ++i) w[{offset} + i] = {word.format(access + '[i]')};")
+                offset += f.type.length
+            else:
+                lines.append(f"w[{offset}] = {word.format(access)};")
+                offset += 1
+        return {"index": t.index, "words": offset, "lines": lines}
+
+    def context(self) -> dict:
+        p = self.program
+        traced = {t.stage: t for t in p.traces}
+        self.bail = "return false;"
+        done = self.statement_expr(p.done, p.done.loc.line)
+        widths = [2] + [self.trace(t)["words"] for t in p.traces]
+        return {
+            "program": p,
+            "namespace": names.cpp(p.name),
+            "consts": [(cpp_ops.value_type(c.type), names.cpp(n), cpp_ops.literal(c.value, c.type))
+                       for n, c in p.consts.items()],
+            "enums": [
+                {"name": t.name, "ctype": cpp_ops.value_type(t), "is_flags": t.is_flags,
+                 "members": [(m, cpp_ops.literal((1 << i) if t.is_flags else i, t)) for i, m in enumerate(t.members)]}
+                for t in p.enums
+            ],
+            "params": [(cpp_ops.storage_type(x.type), names.cpp(x.name)) for x in p.params],
+            "request_fields": self.struct_fields(p.request_fields),
+            "shared_fields": self.struct_fields(p.shared_fields),
+            "request_words": sum(s.count for s in slots(p.request_fields)),
+            "shared_words": sum(s.count for s in slots(p.shared_fields)),
+            "functions": [self.function(f) for f in p.functions],
+            "stages": [self.stage(s, traced.get(s.name)) for s in p.stages],
+            "done": done,
+            "record_words": 4 + max(widths),
+        }
+
+    def struct_fields(self, fields) -> list[dict]:
+        out = []
+        for s in slots(fields):
+            elem = s.type.elem if isinstance(s.type, ir.ArrayType) else s.type
+            out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
+                        "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
+        return out
+
+
+def _strip_parens(code: str) -> str:
+    """`((a < b))` reads badly inside `if (...)`: drop one redundant outer pair."""
+    if code.startswith("(") and code.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(code):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(code) - 1:
+                return code
+        return code[1:-1]
+    return code
+
+
+def _loc_text(loc) -> str:
+    return f"{loc.file}:{loc.line}"
+

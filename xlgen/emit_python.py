@@ -1,0 +1,227 @@
+"""Typed IR -> the Python simulator (NAME_sim.py), the executable specification.
+
+Operators come from the table in py_ops.py (also the constant folder's
+semantics). Statements that can raise a runtime error carry a `# @xl:LINE`
+marker; the engine (runtime/sim.py) maps a raising frame back to that .xl line.
+"""
+
+from __future__ import annotations
+
+from . import ir, names, py_ops
+from .layout import slots
+
+LINE_MARK = "# @xl:"
+
+
+class PyEmitter:
+    def __init__(self, program: ir.Program):
+        self.program = program
+
+    # ---- expressions -------------------------------------------------------------
+
+    def expr(self, e: ir.Expr) -> str:
+        return getattr(self, "expr_" + type(e).__name__)(e)
+
+    def expr_Const(self, e: ir.Const) -> str:
+        if e.name is not None:
+            if isinstance(e.type, ir.EnumType):
+                return f"{e.type.name}.{e.name}"
+            if e.name in self.program.consts:
+                return names.py(e.name)
+        return py_ops.literal(e.value, e.type)
+
+    def expr_Var(self, e: ir.Var) -> str:
+        return {
+            ir.LOCAL: names.py(e.name),
+            ir.FIELD: f"r.{names.py(e.name)}",
+            ir.SHARED: f"sh.{names.py(e.name)}",
+            ir.PARAM: f"p.{names.py(e.name)}",
+            ir.REQ_ID: "r.xl_id",
+        }[e.kind]
+
+    def expr_Load(self, e: ir.Load) -> str:
+        index = self.expr(e.index)
+        if e.checked:
+            index = f"check_index({index}, {e.base.type.length})"
+        return f"{self.expr(e.base)}[{index}]"
+
+    def expr_Unary(self, e: ir.Unary) -> str:
+        return py_ops.unary_code(e, self.expr(e.operand))
+
+    def expr_Binary(self, e: ir.Binary) -> str:
+        return py_ops.binary_code(e, self.expr(e.left), self.expr(e.right))
+
+    def expr_Select(self, e: ir.Select) -> str:
+        return py_ops.select_code(self.expr(e.cond), self.expr(e.then), self.expr(e.otherwise))
+
+    def expr_Cast(self, e: ir.Cast) -> str:
+        return py_ops.cast_code(e, self.expr(e.operand))
+
+    def expr_Intrinsic(self, e: ir.Intrinsic) -> str:
+        return py_ops.intrinsic_code(e, [self.expr(a) for a in e.args])
+
+    def expr_Call(self, e: ir.Call) -> str:
+        prefix = "b_" if e.builtin else "fn_"
+        return f"{prefix}{e.func}({', '.join(self.expr(a) for a in e.args)})"
+
+    # ---- statements --------------------------------------------------------------
+
+    def block(self, stmts, depth: int) -> list[str]:
+        lines: list[str] = []
+        for s in stmts:
+            lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
+        return lines or ["    " * depth + "pass"]
+
+    def _line(self, depth: int, code: str, node, may_raise: bool) -> str:
+        mark = f"  {LINE_MARK}{node.loc.line}" if may_raise else ""
+        return "    " * depth + code + mark
+
+    def stmt_Let(self, s: ir.Let, depth):
+        return [self._line(depth, f"{names.py(s.name)} = {self.expr(s.value)}", s, may_raise(s.value))]
+
+    def stmt_Assign(self, s: ir.Assign, depth):
+        target = self.expr(s.target)
+        raises = may_raise(s.value)
+        if s.index is not None:
+            index = self.expr(s.index)
+            if s.checked:
+                index = f"check_index({index}, {s.target.type.length})"
+            target = f"{target}[{index}]"
+            raises = raises or s.checked or may_raise(s.index)
+        return [self._line(depth, f"{target} = {self.expr(s.value)}", s, raises)]
+
+    def stmt_If(self, s: ir.If, depth):
+        lines = []
+        for i, (cond, body) in enumerate(s.arms):
+            keyword = "if" if i == 0 else "elif"
+            lines.append(self._line(depth, f"{keyword} {self.expr(cond)}:", cond, may_raise(cond)))
+            lines.extend(self.block(body, depth + 1))
+        if s.otherwise:
+            lines.append("    " * depth + "else:")
+            lines.extend(self.block(s.otherwise, depth + 1))
+        return lines
+
+    def stmt_For(self, s: ir.For, depth):
+        return [f"{'    ' * depth}for {names.py(s.var)} in range({s.start}, {s.stop}):", *self.block(s.body, depth + 1)]
+
+    def stmt_Break(self, s, depth):
+        return ["    " * depth + "break"]
+
+    def stmt_Continue(self, s, depth):
+        return ["    " * depth + "continue"]
+
+    def stmt_Return(self, s: ir.Return, depth):
+        return [self._line(depth, f"return {self.expr(s.value)}", s, may_raise(s.value))]
+
+    def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
+        return [self._line(depth, self.expr(s.expr), s, may_raise(s.expr))]
+
+    # ---- declarations --------------------------------------------------------------
+
+    def trace_words(self, trace: ir.Trace) -> str:
+        """An expression listing a trace's fields as unsigned 32-bit words."""
+        parts = []
+        for name in trace.fields:
+            f = self.program.field(name)
+            word = ir.storage_word(f.type.elem if isinstance(f.type, ir.ArrayType) else f.type)
+            access = f"r.{names.py(name)}"
+            convert = {"f": "f32_bits({})", "i": "(({}) & 0xFFFFFFFF)", "u": "int({})"}[word]
+            if isinstance(f.type, ir.ArrayType):
+                parts.append(f"*[{convert.format('v')} for v in {access}]")
+            else:
+                parts.append(convert.format(access))
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def field_init(self, f: ir.FieldDecl) -> str:
+        value = self.expr(f.init) if f.init is not None else py_ops.literal(_zero(f.type), _elem(f.type))
+        if isinstance(f.type, ir.ArrayType):
+            return f"[{value}] * {f.type.length}"
+        return value
+
+    def context(self) -> dict:
+        p = self.program
+        stage_lines = {s.name: _loc_text(s.loc) for s in p.stages}
+        functions = [
+            {
+                "name": f.name,
+                "params": ", ".join(names.py(a.name) for a in f.params),
+                "loc": _loc_text(f.loc),
+                "body": self.block(f.body, 1),
+            }
+            for f in p.functions
+        ]
+        traced = {t.stage: t for t in p.traces}
+        stages = [
+            {
+                "name": s.name,
+                "index": s.index,
+                "arbiter": s.is_arbiter,
+                "loc": stage_lines[s.name],
+                "guard": self._line(0, f"return {self.expr(s.guard)}", s.guard, may_raise(s.guard)).strip()
+                if s.guard is not None else "return True",
+                "body": self.block(s.body, 1),
+                "trace_index": traced[s.name].index if s.name in traced else None,
+                "trace_words": self.trace_words(traced[s.name]) if s.name in traced else None,
+            }
+            for s in p.stages
+        ]
+        return {
+            "program": p,
+            "consts": [(names.py(n), self.expr_Const(ir.Const(c.value, c.type))) for n, c in p.consts.items()],
+            "enums": [
+                {"name": t.name, "members": [(m, (1 << i) if t.is_flags else i) for i, m in enumerate(t.members)]}
+                for t in p.enums
+            ],
+            "params": [(names.py(x.name), x.name, py_ops.literal(x.default, x.type), x.type.name) for x in p.params],
+            "request_slots": [names.py(f.name) for f in p.request_fields],
+            "shared_slots": [names.py(f.name) for f in p.shared_fields],
+            "request_init": [(names.py(f.name), self.field_init(f)) for f in p.request_fields],
+            "shared_init": [(names.py(f.name), self.field_init(f)) for f in p.shared_fields],
+            "layout": {
+                "request": [(s.name, names.py(s.name), s.word, s.count, s.is_array) for s in slots(p.request_fields)],
+                "shared": [(s.name, names.py(s.name), s.word, s.count, s.is_array) for s in slots(p.shared_fields)],
+            },
+            "functions": functions,
+            "stages": stages,
+            "traces": [(t.index, t.stage, t.fields) for t in p.traces],
+            "done": self._line(0, f"return {self.expr(p.done)}", p.done, may_raise(p.done)).strip(),
+            "builtins": sorted(p.builtins),
+        }
+
+
+def _elem(t: ir.Type):
+    return t.elem if isinstance(t, ir.ArrayType) else t
+
+
+def _zero(t: ir.Type):
+    e = _elem(t)
+    return 0.0 if e == ir.F32 else (False if e == ir.BOOL else 0)
+
+
+def _loc_text(loc) -> str:
+    return f"{loc.file}:{loc.line}"
+
+
+def may_raise(e) -> bool:
+    """Can evaluating this expression raise a runtime error (so its statement needs a line mark)?"""
+    if e is None:
+        return False
+    if isinstance(e, ir.Load):
+        return e.checked or may_raise(e.index)
+    if isinstance(e, ir.Call):
+        return True  # helpers and builtins may raise inside
+    if isinstance(e, ir.Binary):
+        if e.op in ("/", "%") and e.type != ir.F32 or e.op in ("<<", ">>"):
+            return True
+        return may_raise(e.left) or may_raise(e.right)
+    if isinstance(e, ir.Cast):
+        if e.operand.type == ir.F32 and ir.is_int(e.type):
+            return True
+        return may_raise(e.operand)
+    if isinstance(e, ir.Unary):
+        return may_raise(e.operand)
+    if isinstance(e, ir.Select):
+        return may_raise(e.cond) or may_raise(e.then) or may_raise(e.otherwise)
+    if isinstance(e, ir.Intrinsic):
+        return any(may_raise(a) for a in e.args)
+    return False

@@ -1,0 +1,52 @@
+"""The prelude's builtins for the simulator. The C++/CUDA twins are in xl_runtime.cuh.
+
+Each must compute exactly what its C++ version computes; the diff tests check it.
+"""
+
+from __future__ import annotations
+
+from .ops import ERR_BUILTIN, XlRuntimeError
+
+_M32 = 0xFFFFFFFF
+
+
+def b_hash_u32(x: int) -> int:
+    """lowbias32 (Chris Wellons): a fast, well-mixed 32-bit hash."""
+    x &= _M32
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & _M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & _M32
+    x ^= x >> 16
+    return x
+
+
+def b_verify_prefix(a: list, b: list, n: int) -> int:
+    if n < 0 or n > len(a) or n > len(b):
+        raise XlRuntimeError(ERR_BUILTIN)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _mix(seed: int, pos: int, prev: int, salt: int) -> int:
+    h = b_hash_u32((seed ^ salt) & _M32)
+    h = b_hash_u32(h ^ (pos & _M32))
+    return b_hash_u32(h ^ ((prev * 0x9E3779B1) & _M32))
+
+
+def b_target_token(seed: int, pos: int, prev: int, vocab: int) -> int:
+    if vocab < 2:
+        raise XlRuntimeError(ERR_BUILTIN)
+    return _mix(seed, pos, prev, 0x7A3C5E11) % vocab
+
+
+def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> int:
+    """The target's token with probability `agree`, otherwise a different token."""
+    target = b_target_token(seed, pos, prev, vocab)
+    h = _mix(seed, pos, prev, 0x2C1B3C6D)
+    u = (h >> 8) * (1.0 / 16777216.0)  # exact: 24-bit integer times a power of two, in [0, 1)
+    if u < agree:
+        return target
+    return (target + 1 + (h % (vocab - 1))) % vocab

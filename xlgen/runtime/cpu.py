@@ -1,0 +1,99 @@
+"""The CPU build: generated C++ compiled by the system compiler and driven through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from ..layout import dtype_from_layout
+from ..resources import runtime_dir
+from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
+
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",
+             "-ffp-contract=off", "-fno-fast-math", "-fwrapv"]
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def compiler() -> str:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    raise BuildError("no C++ compiler found (install g++ or set CXX)")
+
+
+def build_library(compiled) -> Path:
+    """Compile NAME_cpu.cpp once per content hash; returns the shared library."""
+    src = compiled.dir / f"{compiled.name}_cpu.cpp"
+    runtime = (runtime_dir() / "xl_runtime.cuh").read_text()
+    digest = hashlib.sha256((compiled.key + runtime + " ".join(CXX_FLAGS)).encode()).hexdigest()[:16]
+    lib = compiled.dir / f"{compiled.name}_cpu_{digest}.so"
+    if lib.exists():
+        return lib
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [compiler(), *CXX_FLAGS, f"-I{runtime_dir()}", f"-I{compiled.dir}", str(src), "-o", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"C++ compilation of {src} failed:\n{proc.stderr[-4000:]}")
+    os.replace(tmp, lib)
+    return lib
+
+
+class _Launch(ctypes.Structure):
+    _fields_ = [("n_requests", ctypes.c_int32), ("max_active", ctypes.c_int32),
+                ("max_rounds", ctypes.c_int32), ("reserved", ctypes.c_int32)]
+
+
+def params_array(module, p) -> np.ndarray:
+    """Launch parameters packed like the C++ Params struct."""
+    layout = [(name, name, "f" if t == "f32" else ("i" if t == "i32" else "u"), 1, False)
+              for name, t in module.Params.TYPES.items()]
+    from ..names import py
+
+    layout = [(n, py(n), w, c, a) for n, _, w, c, a in layout]
+    return to_array([p], layout, dtype_from_layout(layout))
+
+
+def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None) -> RunResult:
+    module = compiled.sim_module()  # the simulator provides the initial state: one source of truth
+    config = config or LaunchConfig()
+    p = params if isinstance(params, module.Params) else make_params(module, params)
+    inputs = inputs if inputs is not None else [{}]
+    reqs_obj = make_requests(module, p, inputs)
+    req_dtype = dtype_from_layout(module.REQUEST_LAYOUT)
+    shared_dtype = dtype_from_layout(module.SHARED_LAYOUT)
+    lib = ctypes.CDLL(str(build_library(compiled)))
+    width = lib.xl_record_words()
+    assert lib.xl_request_bytes() == req_dtype.itemsize, "Request layout mismatch"
+    assert lib.xl_shared_bytes() == shared_dtype.itemsize, "Shared layout mismatch"
+    lib.xl_run.restype = ctypes.c_int32
+    capacity = max(1024, 8 * len(inputs))
+    while True:
+        reqs = to_array(reqs_obj, module.REQUEST_LAYOUT, req_dtype)
+        shared = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
+        packed = params_array(module, p)
+        if len(module.Params.TYPES) == 0:
+            packed = np.zeros(1, dtype=np.uint32)
+        records = np.zeros((capacity, width), dtype=np.uint32)
+        count = np.zeros(1, dtype=np.uint64)
+        launch = _Launch(len(inputs), config.max_active, config.max_rounds, 0)
+        rounds = lib.xl_run(
+            reqs.ctypes.data_as(ctypes.c_void_p), shared.ctypes.data_as(ctypes.c_void_p),
+            packed.ctypes.data_as(ctypes.c_void_p), ctypes.byref(launch),
+            records.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(capacity), count.ctypes.data_as(ctypes.c_void_p),
+        )
+        n = int(count[0])
+        if n <= capacity:
+            break
+        capacity = n  # too many records: run again with room for all of them
+    table = records[:n]
+    order = np.argsort(table[:, 0], kind="stable") if n else np.zeros(0, dtype=np.int64)
+    return RunResult(records=table[order], requests=reqs, shared=shared, rounds=int(rounds), backend="cpu")

@@ -1,0 +1,237 @@
+"""The simulator's execution engine: the deterministic round model of docs/semantics.md.
+
+Every backend produces the same `RunResult`: trace records (rows of u32 words,
+per request in execution order), the final request and shared state as numpy
+structured arrays, and the number of rounds.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .ops import CANONICAL_NAN_BITS, ERR_WATCHDOG, XlRuntimeError, f32, wrap_i32
+
+REC_HEADER = 4  # req_id, round, kind, stage
+KIND_ERROR = 0xFFFFFFFF
+KIND_DONE = 0xFFFFFFFE
+NO_STAGE = 0xFFFFFFFF
+_LINE_MARK = re.compile(r"# @xl:(\d+)")
+
+
+@dataclass
+class LaunchConfig:
+    max_active: int = 64  # batch capacity: requests resident at once
+    max_rounds: int = 100_000  # the max_iterations watchdog
+
+
+@dataclass
+class RunResult:
+    records: np.ndarray  # (n, width) uint32, stably sorted by request id
+    requests: np.ndarray  # structured array, one element per request
+    shared: np.ndarray  # structured array of one element
+    rounds: int
+    backend: str = "sim"
+    extra: dict = field(default_factory=dict)
+
+    def per_request(self, req_id: int) -> np.ndarray:
+        return self.records[self.records[:, 0] == req_id]
+
+    def errors(self) -> np.ndarray:
+        return self.records[self.records[:, 2] == KIND_ERROR]
+
+
+def record_width(module) -> int:
+    widths = [2]  # an error record carries (code, line)
+    for index, stage, fields in module.TRACES:
+        n = 0
+        for name in fields:
+            entry = next(e for e in module.REQUEST_LAYOUT if e[0] == name)
+            n += entry[3]
+        widths.append(n)
+    return REC_HEADER + max(widths)
+
+
+def _error_line(exc: BaseException, module_file: str) -> int:
+    """The .xl line of the innermost generated statement that raised."""
+    tb = exc.__traceback__
+    line = 0
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename == module_file:
+            text = linecache.getline(module_file, tb.tb_lineno)
+            match = _LINE_MARK.search(text)
+            if match:
+                line = int(match.group(1))
+        tb = tb.tb_next
+    return line
+
+
+def coerce(value, word: str):
+    """A workload value as the simulator stores it (checked for range)."""
+    if word == "f":
+        return f32(float(value))
+    v = int(value)
+    if word == "i":
+        if wrap_i32(v) != v:
+            raise ValueError(f"{value} does not fit in i32")
+        return v
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError(f"{value} does not fit in u32")
+    return v
+
+
+def make_requests(module, params, inputs: list[dict]):
+    """Initial request state: the declared initial values, then each request's overrides."""
+    layout = {e[0]: e for e in module.REQUEST_LAYOUT}
+    reqs = []
+    for req_id, overrides in enumerate(inputs):
+        r = module.init_request(req_id, params)
+        for name, value in overrides.items():
+            if name not in layout:
+                raise KeyError(f"request {req_id}: unknown field '{name}'")
+            _, attr, word, count, is_array = layout[name]
+            if is_array:
+                values = [coerce(v, word) for v in value]
+                if len(values) > count:
+                    raise ValueError(f"request {req_id}: '{name}' holds {count} values, got {len(values)}")
+                current = getattr(r, attr)
+                current[: len(values)] = values
+            else:
+                setattr(r, attr, coerce(value, word))
+        reqs.append(r)
+    return reqs
+
+
+def make_params(module, overrides: dict | None):
+    overrides = dict(overrides or {})
+    kwargs = {}
+    for name, t in module.Params.TYPES.items():
+        if name in overrides:
+            kwargs[name] = overrides.pop(name)
+            word = "f" if t == "f32" else ("u" if t in ("u32", "bool") else "i")
+            kwargs[name] = coerce(kwargs[name], word) if t != "bool" else bool(kwargs[name])
+    if overrides:
+        raise KeyError(f"unknown launch parameter(s): {', '.join(sorted(overrides))}")
+    return module.Params(**kwargs)
+
+
+def to_array(objs, layout, dtype: np.dtype) -> np.ndarray:
+    out = np.zeros(len(objs), dtype=dtype)
+    for name, attr, word, count, is_array in layout:
+        if word == "f":
+            column = [getattr(o, attr) for o in objs]
+            out[name] = np.array(column, dtype=np.float64).astype(np.float32)
+        else:
+            column = [getattr(o, attr) for o in objs]
+            out[name] = np.array(column, dtype=np.int64).astype(out.dtype[name].base)
+    return out
+
+
+def run(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
+        progress=None) -> RunResult:
+    """Run the simulator: the reference every other backend is compared against."""
+    from ..layout import module_dtypes
+
+    config = config or LaunchConfig()
+    p = params if isinstance(params, module.Params) else make_params(module, params)
+    inputs = inputs if inputs is not None else [{}]
+    reqs = make_requests(module, p, inputs)
+    sh = module.init_shared(p)
+    n = len(reqs)
+    width = record_width(module)
+    module_file = module.__file__
+
+    per_request = [s for s in module.STAGES if not s[2]]
+    arbiters = [s for s in module.STAGES if s[2]]
+    records: list[list] = [[] for _ in range(n)]
+    active: list[int] = []
+    failed: set[int] = set()
+    queue_head = 0
+    rnd = 0
+
+    def fail(req_id: int, stage_index: int, exc: XlRuntimeError) -> None:
+        line = _error_line(exc, module_file)
+        records[req_id].append((req_id, rnd, KIND_ERROR, stage_index, exc.code, line))
+        failed.add(req_id)
+
+    def run_stage(r, stage) -> None:
+        name, index, _, guard, body, trace_index, trace = stage
+        try:
+            if guard(r, sh, p):
+                body(r, sh, p)
+                if trace is not None:
+                    records[r.xl_id].append((r.xl_id, rnd, trace_index, index, *trace(r)))
+        except XlRuntimeError as exc:
+            fail(r.xl_id, index, exc)
+
+    while True:
+        while len(active) < config.max_active and queue_head < n:  # admit, in id order
+            active.append(queue_head)
+            queue_head += 1
+        if not active:
+            break
+        if rnd >= config.max_rounds:
+            for req_id in active + list(range(queue_head, n)):
+                records[req_id].append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
+            break
+        for req_id in active:  # phase 1: per-request stages (parallel on the GPU)
+            r = reqs[req_id]
+            for stage in per_request:
+                run_stage(r, stage)
+                if req_id in failed:
+                    break
+        for stage in arbiters:  # phase 2: arbiters, serially in request-id order
+            for req_id in active:
+                if req_id not in failed:
+                    run_stage(reqs[req_id], stage)
+        still_active = []
+        for req_id in active:  # retire
+            if req_id in failed:
+                continue
+            try:
+                done = module.is_done(reqs[req_id], sh, p)
+            except XlRuntimeError as exc:
+                fail(req_id, NO_STAGE, exc)
+                continue
+            if done:
+                records[req_id].append((req_id, rnd, KIND_DONE, NO_STAGE))
+            else:
+                still_active.append(req_id)
+        active = still_active
+        rnd += 1
+        if progress is not None:
+            progress(queue_head - len(active), n)
+
+    req_dtype, shared_dtype = module_dtypes(module)
+    flat = [rec for per in records for rec in per]
+    table = np.zeros((len(flat), width), dtype=np.uint32)
+    for i, rec in enumerate(flat):
+        table[i, : len(rec)] = rec
+    return RunResult(
+        records=table,
+        requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
+        shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype),
+        rounds=rnd,
+        backend="sim",
+    )
+
+
+def canonical_words(arr: np.ndarray) -> np.ndarray:
+    """A structured array as raw u32 words with NaNs canonicalised (for bitwise comparison)."""
+    if arr.dtype.names is None:
+        return arr.view(np.uint32)
+    words = np.ascontiguousarray(arr).view(np.uint32).reshape(len(arr), -1).copy()
+    offset = 0
+    for name in arr.dtype.names:
+        sub = arr.dtype[name]
+        count = int(np.prod(sub.shape)) if sub.shape else 1
+        if sub.base == np.float32:
+            block = words[:, offset:offset + count]
+            as_float = block.view(np.float32)
+            block[np.isnan(as_float)] = CANONICAL_NAN_BITS
+        offset += count
+    return words
