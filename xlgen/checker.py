@@ -14,13 +14,16 @@ from . import ast as A
 from . import ir
 from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
 from .ir import BOOL, F32, I32, U32
-from .parser import ParseFailure, parse_text
+from .parser import KEYWORDS, ParseFailure, parse_text
 from .resources import runtime_dir
 from .runtime import ops
 
 PRELUDE_NAME = "<prelude>"
 MAX_LOOP_TRIP = 1 << 20  # a bound this large is almost certainly a mistake
 RESERVED = {"req_id", "min", "max", "abs", "clamp", "sqrt"} | set(ir.SCALARS)
+# KEYWORDS (the grammar's): the LALR lexer reads some of them as names in some
+# positions (`request { flags: F }` parses, a second field named `flags` does
+# not), so the checker rejects them as names everywhere, for one consistent rule.
 
 ARITH_OPS = {"+", "-", "*", "/", "%"}
 BIT_OPS = {"&", "|", "^"}
@@ -191,6 +194,17 @@ def _short(text: str) -> str:
     return text if len(text) <= 24 else f"{text[:10]}...{text[-10:]}"
 
 
+def _reserved(name: str) -> str | None:
+    """Why `name` cannot be declared, or None."""
+    if name.startswith("xl_"):
+        return "names starting with 'xl_' are reserved for generated code"
+    if name in KEYWORDS:
+        return f"'{name}' is a keyword and cannot be used as a name"
+    if name in RESERVED:
+        return f"'{name}' is a reserved name"
+    return None
+
+
 def _flexible_int(node: A.Node) -> bool:
     """An unsuffixed integer literal (maybe negated): it takes i32 or u32 from context."""
     if isinstance(node, A.IntLit):
@@ -270,11 +284,9 @@ class Checker:
 
     def _declare(self, items) -> None:
         def add(name: str, kind: str, loc: Loc, node=None) -> None:
-            if name.startswith("xl_"):
-                self.error(loc, f"names starting with 'xl_' are reserved for generated code")
-                return
-            if name in RESERVED:
-                self.error(loc, f"'{name}' is a reserved name")
+            why = _reserved(name)
+            if why is not None:
+                self.error(loc, why)
                 return
             prev = self.globals.get(name)
             if prev is not None:
@@ -304,6 +316,10 @@ class Checker:
         for m in node.members:
             if m.name in names:
                 self.error(m.loc, f"duplicate member '{m.name}' in {node.name}")
+                continue
+            why = _reserved(m.name)
+            if why is not None:
+                self.error(m.loc, why)
                 continue
             if m.name in self.globals and self.globals[m.name].kind != "member":
                 g = self.globals[m.name]
@@ -395,6 +411,14 @@ class Checker:
             if init is None:
                 return
             self._same(elem, init.type, node.init.loc, f"the initial value of '{node.name}'")
+            if not isinstance(init, ir.Const) and not _mentions_params(init):
+                try:  # folding left it alone, so evaluating it fails: say why now, not at launch
+                    from .py_ops import evaluate_const
+
+                    evaluate_const(init)
+                except ops.XlRuntimeError as exc:
+                    self.error(node.init.loc, f"the initial value of '{node.name}' fails: {exc}")
+                    return
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
 
@@ -544,11 +568,9 @@ class Checker:
                 self.sink.warning(local.loc, f"unused variable '{name}'")
 
     def _check_local_name(self, name: str, loc: Loc, ctx: Context | None = None) -> bool:
-        if name.startswith("xl_"):
-            self.error(loc, f"names starting with 'xl_' are reserved for generated code")
-            return False
-        if name in RESERVED:
-            self.error(loc, f"'{name}' is a reserved name")
+        why = _reserved(name)
+        if why is not None:
+            self.error(loc, why)
             return False
         g = self.globals.get(name)
         if g is not None:
@@ -735,7 +757,7 @@ class Checker:
         return ir.Const(value, t, node.loc)
 
     def expr_FloatLit(self, node: A.FloatLit, ctx, expected):
-        value = ops.f32(float(node.text))
+        value = ops.decimal_to_f32(node.text)
         if value in (float("inf"), float("-inf")):
             self.error(node.loc, f"float literal {_short(node.text)} is too large for f32")
             return None
@@ -1055,6 +1077,12 @@ class Checker:
             hint = f"; convert with 'as {want}'"
         self.error(loc, f"{what} has type {want}, but the value is {got}{hint}")
         return False
+
+
+def _mentions_params(e: ir.Expr) -> bool:
+    if isinstance(e, ir.Var):
+        return True
+    return any(_mentions_params(c) for c in _children(e))
 
 
 def _always_returns(stmts) -> bool:

@@ -147,5 +147,189 @@ def build(file, out_dir, check_only):
         sys.exit(1)
 
 
+# ---- running pipelines -------------------------------------------------------------
+
+BACKENDS = ("sim", "cpu", "gpu", "gpu-fast")
+
+
+def _prepare(file, workload_name, count, max_active):
+    """Check and generate FILE, and load the workload against its simulator."""
+    from .build import load
+    from .workload import WorkloadError, load as load_workload, resolve
+
+    compiled = load(file)
+    module = compiled.sim_module()
+    try:
+        workload = load_workload(resolve(workload_name), module)
+    except WorkloadError as exc:
+        raise click.UsageError(f"workload: {exc}") from None
+    if count is not None:
+        workload.inputs = [workload.inputs[i % len(workload.inputs)] | {} for i in range(count)]
+    if max_active is not None:
+        workload.config.max_active = max_active
+    return compiled, module, workload
+
+
+def _run_backend(backend: str, compiled, workload, timeout: float = 120.0):
+    from .runtime import cpu, sim
+
+    if backend == "sim":
+        return sim.run(compiled.sim_module(), workload.params, workload.inputs, workload.config)
+    if backend == "cpu":
+        return cpu.run(compiled, workload.params, workload.inputs, workload.config)
+    from .runtime import gpu
+
+    if not gpu.available():
+        raise click.UsageError("the gpu backend needs CuPy and an NVIDIA GPU (pip install 'xlgen[gpu]')")
+    mode = "fast" if backend == "gpu-fast" else "deterministic"
+    try:
+        return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout)
+    except gpu.HangError as exc:
+        click.echo(exc.report, err=True)
+        sys.exit(3)
+
+
+def _summary(compiled, result) -> str:
+    from .runtime.sim import KIND_DONE, KIND_ERROR
+
+    kinds = result.records[:, 2] if len(result.records) else []
+    done = int((kinds == KIND_DONE).sum()) if len(result.records) else 0
+    failed = int((kinds == KIND_ERROR).sum()) if len(result.records) else 0
+    return (f"{result.backend}: {len(result.requests)} requests, {done} done, {failed} failed, "
+            f"{result.rounds} rounds, {len(result.records)} trace records")
+
+
+_WORKLOAD_OPTIONS = [
+    click.option("-w", "--workload", "workload_name", default="small", show_default=True,
+                 help="A workload JSON file, or the name of a bundled one (workloads/NAME.json)."),
+    click.option("--count", type=int, default=None, help="Use this many requests (the workload's, repeated)."),
+    click.option("--max-active", type=int, default=None, help="Batch capacity: requests resident at once."),
+]
+
+
+def _workload_options(fn):
+    for option in reversed(_WORKLOAD_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen sim stages/xl_spec.xl                       # the bundled 'small' workload
+  xlgen sim stages/xl_spec.xl -w mixed --show n_out,total_accepted
+  xlgen sim my.xl -w my_requests.json --trace      # print every trace record
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--show", default=None, help="Comma-separated request fields to print per request.")
+@click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
+@_friendly
+def sim(file, workload_name, count, max_active, show, show_trace):
+    """Run FILE's simulator (the executable specification) on a workload."""
+    from .diff import describe_record
+    from .runtime import sim as engine
+    from .runtime.sim import KIND_DONE, KIND_ERROR
+
+    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    total = len(workload.inputs)
+    with click.progressbar(length=total, label=f"simulating {total} requests", file=sys.stderr) as bar:
+        last = [0]
+
+        def progress(done, _n):
+            bar.update(done - last[0])
+            last[0] = done
+
+        result = engine.run(module, workload.params, workload.inputs, workload.config, progress=progress)
+    fields = [f for f in (show.split(",") if show else [])]
+    if not fields:
+        fields = [f for t in compiled.program.traces for f in t.fields][:6]
+    unknown = [f for f in fields if f not in result.requests.dtype.names]
+    if unknown:
+        raise click.UsageError(f"--show: unknown field(s) {', '.join(unknown)}")
+    scalar = [f for f in fields if result.requests.dtype[f].shape == ()]
+    header = f"{'req':>5} {'status':>8} {'round':>6} " + " ".join(f"{f:>14}" for f in scalar)
+    click.echo(header)
+    last_record = {int(r[0]): r for r in result.records}
+    for i in range(len(result.requests)):
+        rec = last_record.get(i)
+        status = "done" if rec is not None and rec[2] == KIND_DONE else ("error" if rec is not None and rec[2] == KIND_ERROR else "?")
+        values = " ".join(f"{result.requests[f][i]!s:>14}" for f in scalar)
+        click.echo(f"{i:>5} {status:>8} {int(rec[1]) if rec is not None else -1:>6} {values}")
+        if status == "error":
+            click.echo("      " + describe_record(compiled.program, rec))
+    if show_trace:
+        for rec in result.records:
+            click.echo(describe_record(compiled.program, rec))
+    click.echo(_summary(compiled, result))
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen diff stages/xl_spec.xl                          # simulator vs CPU build (and GPU if present)
+  xlgen diff stages/xl_spec.xl -w mixed --backend cpu
+  xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--backend", "backends", default=None,
+              help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
+                   "(default: cpu, plus gpu when a GPU is present).")
+@_friendly
+def diff(file, workload_name, count, max_active, backends):
+    """Run FILE on the simulator and other backends and compare their traces bit for bit.
+
+    Deterministic backends must match the simulator's traces and final state
+    exactly. gpu-fast (no rounds) is compared on its final request state only.
+    Exit code 0 only when everything agrees.
+    """
+    from .diff import compare, compare_results
+
+    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    if backends is None:
+        from .runtime import gpu
+
+        chosen = ["cpu"] + (["gpu"] if gpu.available() else [])
+    else:
+        chosen = [b.strip() for b in backends.split(",") if b.strip()]
+        bad = [b for b in chosen if b not in BACKENDS[1:]]
+        if bad:
+            raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
+    reference = _run_backend("sim", compiled, workload)
+    click.echo(_summary(compiled, reference))
+    failed = False
+    for backend in chosen:
+        other = _run_backend(backend, compiled, workload)
+        click.echo(_summary(compiled, other))
+        divergence = compare_results(compiled.program, reference, other) if backend == "gpu-fast" else \
+            compare(compiled.program, reference, other)
+        if divergence is None:
+            click.echo(f"  identical: sim == {backend}")
+        else:
+            failed = True
+            click.echo(divergence.render())
+    sys.exit(1 if failed else 0)
+
+
+@main.command(name="run", epilog="""\b
+Examples:
+  xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
+  xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for the kernel before aborting it and printing a hang report.")
+@_friendly
+def run_gpu(file, workload_name, count, max_active, mode, timeout):
+    """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload)."""
+    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
+    timing = result.extra["timing"]
+    click.echo(_summary(compiled, result))
+    click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
+               f"{timing.barriers} grid barriers")
+
+
 def run():  # pragma: no cover - console entry for `python -m xlgen`
     main()

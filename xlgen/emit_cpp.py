@@ -32,6 +32,7 @@ class CppEmitter:
     # ---- expressions -------------------------------------------------------------
 
     def _sink(self) -> str:
+        self.uses_err = True
         self.key += 1
         return f"err, {self.key}, {self.line}"
 
@@ -90,7 +91,8 @@ class CppEmitter:
         if e.builtin:
             return f"xl_b_{e.func}({', '.join([self._sink()] + args)})"
         self.key += 1
-        return f"fn_{e.func}({', '.join([f'err, {self.key}'] + args)})"
+        self.uses_err = True
+        return f"fn_{e.func}({', '.join([f'err, {self.key}', 'p'] + args)})"  # helpers may read launch params
 
     def statement_expr(self, e: ir.Expr, line: int) -> str:
         """Start a new statement's key numbering, then emit `e`."""
@@ -197,15 +199,17 @@ class CppEmitter:
     def function(self, f: ir.Function) -> dict:
         ret = cpp_ops.value_type(f.ret)
         self.conds = 0
+        self.uses_err = False
         self.bail = f"return xl_raise<{ret}>(xl_caller, xl_key, err);"
-        params = ["XlErr& xl_caller", "int32_t xl_key"]
+        params = ["XlErr& xl_caller", "int32_t xl_key", "const Params& p"]
         for a in f.params:
             if isinstance(a.type, ir.ArrayType):
                 params.append(f"const {cpp_ops.storage_type(a.type.elem)} (&{names.cpp(a.name)})[{a.type.length}]")
             else:
                 params.append(f"{cpp_ops.value_type(a.type)} {names.cpp(a.name)}")
         body = self.block(f.body, 1)
-        return {"name": f.name, "ret": ret, "params": ", ".join(params), "loc": _loc_text(f.loc), "body": body}
+        return {"name": f.name, "ret": ret, "params": ", ".join(params), "loc": _loc_text(f.loc), "body": body,
+                "uses_err": self.uses_err}
 
     def stage(self, s: ir.Stage, trace: ir.Trace | None) -> dict:
         self.bail = "return err;"

@@ -61,8 +61,10 @@ class PyEmitter:
         return py_ops.intrinsic_code(e, [self.expr(a) for a in e.args])
 
     def expr_Call(self, e: ir.Call) -> str:
-        prefix = "b_" if e.builtin else "fn_"
-        return f"{prefix}{e.func}({', '.join(self.expr(a) for a in e.args)})"
+        args = [self.expr(a) for a in e.args]
+        if e.builtin:
+            return f"b_{e.func}({', '.join(args)})"
+        return f"fn_{e.func}({', '.join(['p'] + args)})"  # helpers may read launch params
 
     # ---- statements --------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class PyEmitter:
         functions = [
             {
                 "name": f.name,
-                "params": ", ".join(names.py(a.name) for a in f.params),
+                "params": ", ".join(["p"] + [names.py(a.name) for a in f.params]),
                 "loc": _loc_text(f.loc),
                 "body": self.block(f.body, 1),
             }

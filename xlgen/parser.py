@@ -220,8 +220,18 @@ def _diagnose(exc: UnexpectedInput, text: str, file: str) -> Diagnostic:
     return Diagnostic("error", loc, msg)
 
 
+# Keywords of grammar/xl.lark (for the hint when one is used as a name).
+KEYWORDS = {
+    "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
+    "stage", "arbiter", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
+    "continue", "return", "as", "has", "true", "false",
+}
+
+
 def _hint(exc: UnexpectedToken) -> str:
     tok = exc.token
+    if str(tok) in KEYWORDS and "NAME" in exc.expected:
+        return f" ('{tok}' is a keyword; it cannot be used as a name)"
     if tok.type == "SEMICOLON" or str(tok) == ";":
         return " (statements need no ';')"
     if str(tok) == "=" and "CMP_OP" in exc.expected:

@@ -167,3 +167,28 @@ def check_index(i: int, n: int) -> int:
     if i < 0 or i >= n:
         raise XlRuntimeError(ERR_INDEX)
     return i
+
+
+def decimal_to_f32(text: str) -> float:
+    """A decimal literal rounded once, to the nearest binary32 (ties to even).
+
+    Going through binary64 first (float(text), then f32) can round twice and
+    land one unit off; compare the two binary32 neighbours against the exact value.
+    """
+    from fractions import Fraction
+
+    exact = Fraction(text)
+    guess = f32(float(exact))
+    if math.isinf(guess):
+        return guess
+    bits = f32_bits(guess)
+    below = bits_f32(bits - 1) if guess > 0 else bits_f32(bits + 1) if guess < 0 else -bits_f32(1)
+    above = bits_f32(bits + 1) if guess >= 0 else bits_f32(bits - 1)
+    best = guess
+    for candidate in (below, above):
+        if math.isinf(candidate):
+            continue
+        d_best, d_cand = abs(exact - Fraction(best)), abs(exact - Fraction(candidate))
+        if d_cand < d_best or (d_cand == d_best and f32_bits(candidate) % 2 == 0 and f32_bits(best) % 2 == 1):
+            best = candidate
+    return best

@@ -15,7 +15,7 @@ typedef unsigned long long uint64_t;
 #endif
 
 #if defined(__CUDACC__)
-#define XL_HD __host__ __device__ __forceinline__
+#define XL_HD __device__ __forceinline__  // the GPU build calls these from device code only
 #define XL_DEVICE __device__ __forceinline__
 #define XL_ON_GPU 1
 #else
@@ -154,7 +154,8 @@ XL_HD float xl_fabs(float a) { return fabsf(a); }
 XL_HD uint32_t xl_f32_bits(float x) { return x != x ? 0x7FC00000u : xl_float_bits(x); }
 
 XL_HD int32_t xl_f2i(XlErr& e, int32_t k, int32_t line, float x) {
-    if (!(x > -2147483649.0f && x < 2147483648.0f)) { xl_err_set(e, k, XL_ERR_CAST, line); return 0; }
+    // No binary32 lies strictly between -2^31 - 1 and -2^31, so `>=` admits exactly INT_MIN.
+    if (!(x >= -2147483648.0f && x < 2147483648.0f)) { xl_err_set(e, k, XL_ERR_CAST, line); return 0; }
     return (int32_t)x;
 }
 XL_HD uint32_t xl_f2u(XlErr& e, int32_t k, int32_t line, float x) {

@@ -1,0 +1,125 @@
+"""Compare two runs of one pipeline (simulator, CPU build, GPU) bit for bit.
+
+The first difference is reported the way a person debugs it: which request,
+which round, which stage and field, both values, and the .xl line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+from .runtime.ops import ERROR_NAMES, bits_f32
+from .runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
+
+
+@dataclass
+class Divergence:
+    summary: str
+    details: list[str]
+
+    def render(self) -> str:
+        return "\n".join([self.summary, *("  " + d for d in self.details)])
+
+
+def _trace_fields(program: ir.Program, trace_index: int) -> list[tuple[str, ir.Type]]:
+    """(label, element type) of each value word of a trace record."""
+    trace = program.traces[trace_index]
+    out = []
+    for name in trace.fields:
+        f = program.field(name)
+        if isinstance(f.type, ir.ArrayType):
+            out.extend((f"{name}[{i}]", f.type.elem) for i in range(f.type.length))
+        else:
+            out.append((name, f.type))
+    return out
+
+
+def show_word(word: int, t) -> str:
+    kind = ir.storage_word(t)
+    if kind == "f":
+        return f"{bits_f32(word)!r} (0x{word:08x})"
+    if kind == "i":
+        value = word - (1 << 32) if word >= 1 << 31 else word
+        if isinstance(t, ir.EnumType) and 0 <= value < len(t.members):
+            return f"{t.name}.{t.members[value]}"
+        return str(value)
+    if t == ir.BOOL:
+        return "true" if word else "false"
+    return str(word)
+
+
+def describe_record(program: ir.Program, rec: np.ndarray) -> str:
+    req, rnd, kind, stage = (int(x) for x in rec[:REC_HEADER])
+    if kind == KIND_DONE:
+        return f"request {req} done in round {rnd}"
+    if kind == KIND_ERROR:
+        code, line = int(rec[REC_HEADER]), int(rec[REC_HEADER + 1])
+        where = "'done when'" if stage == NO_STAGE else f"stage {program.stages[stage].name}"
+        return f"request {req} round {rnd}: runtime error in {where}: {ERROR_NAMES.get(code, code)} (line {line})"
+    fields = _trace_fields(program, kind)
+    values = ", ".join(f"{label}={show_word(int(w), t)}" for (label, t), w in zip(fields, rec[REC_HEADER:]))
+    return f"request {req} round {rnd} stage {program.stages[stage].name}: {values}"
+
+
+def _stage_line(program: ir.Program, stage: int) -> str:
+    if stage == NO_STAGE or stage >= len(program.stages):
+        return f"{program.main_file} ('done when')"
+    s = program.stages[stage]
+    return f"{s.loc.file}:{s.loc.line}"
+
+
+def compare(program: ir.Program, a: RunResult, b: RunResult, check_state: bool = True) -> Divergence | None:
+    """None when the runs agree bit for bit; otherwise the first divergence."""
+    names = f"{a.backend} vs {b.backend}"
+    n = min(len(a.records), len(b.records))
+    for i in range(n):
+        ra, rb = a.records[i], b.records[i]
+        if np.array_equal(ra, rb):
+            continue
+        req, rnd, kind, stage = (int(x) for x in ra[:REC_HEADER])
+        details = [f"{a.backend}: {describe_record(program, ra)}", f"{b.backend}: {describe_record(program, rb)}"]
+        if np.array_equal(ra[:REC_HEADER], rb[:REC_HEADER]) and kind < len(program.traces):
+            for (label, t), wa, wb in zip(_trace_fields(program, kind), ra[REC_HEADER:], rb[REC_HEADER:]):
+                if wa != wb:
+                    details.insert(0, f"field {label}: {a.backend}={show_word(int(wa), t)} "
+                                      f"{b.backend}={show_word(int(wb), t)}")
+                    break
+            details.append(f"source: {_stage_line(program, stage)}")
+        return Divergence(f"traces differ ({names}) at record {i}: request {req}, round {rnd}", details)
+    if len(a.records) != len(b.records):
+        longer, other = (a, b) if len(a.records) > len(b.records) else (b, a)
+        extra = longer.records[n]
+        return Divergence(
+            f"traces differ ({names}): {a.backend} has {len(a.records)} records, {b.backend} {len(b.records)}",
+            [f"first extra record in {longer.backend}: {describe_record(program, extra)}"],
+        )
+    if check_state:
+        for label, xa, xb in (("request", a.requests, b.requests), ("shared", a.shared, b.shared)):
+            wa, wb = canonical_words(xa), canonical_words(xb)
+            if not np.array_equal(wa, wb):
+                row = int(np.argwhere((wa != wb).any(axis=1))[0][0])
+                field = _first_field_diff(xa, xb, row)
+                return Divergence(f"final {label} state differs ({names})",
+                                  [f"{'request ' + str(row) if label == 'request' else 'shared'}: field {field}"])
+    return None
+
+
+def _first_field_diff(xa: np.ndarray, xb: np.ndarray, row: int) -> str:
+    for name in xa.dtype.names:
+        va, vb = xa[name][row], xb[name][row]
+        if not np.array_equal(np.asarray(va).view(np.uint32), np.asarray(vb).view(np.uint32)):
+            return f"{name}: {va!r} vs {vb!r}"
+    return "?"
+
+
+def compare_results(program: ir.Program, a: RunResult, b: RunResult) -> Divergence | None:
+    """For fast mode, whose traces depend on the schedule: compare final request state only."""
+    wa, wb = canonical_words(a.requests), canonical_words(b.requests)
+    if np.array_equal(wa, wb):
+        return None
+    row = int(np.argwhere((wa != wb).any(axis=1))[0][0])
+    return Divergence(f"final request state differs ({a.backend} vs {b.backend})",
+                      [f"request {row}: field {_first_field_diff(a.requests, b.requests, row)}"])
