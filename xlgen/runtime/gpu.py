@@ -108,7 +108,9 @@ class _MappedFlags:
         rt = cupy.cuda.runtime
         self.nbytes = 4 * n
         self.host_ptr = rt.hostAlloc(self.nbytes, rt.hostAllocMapped)
-        self.device_ptr = rt.hostGetDevicePointer(self.host_ptr, 0)
+        # With unified addressing (every 64-bit CUDA platform) a mapped host pointer is valid on the device.
+        get_device_pointer = getattr(rt, "hostGetDevicePointer", None)
+        self.device_ptr = get_device_pointer(self.host_ptr, 0) if get_device_pointer else self.host_ptr
         import ctypes
 
         self.view = np.ctypeslib.as_array((ctypes.c_int32 * n).from_address(self.host_ptr))
@@ -128,7 +130,9 @@ class GpuTiming:
     barriers: int
 
 
-def grid_size(kernel, shared_bytes: int) -> int:
+def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
+    """As many blocks as fit on the device at once (the kernel is persistent), but no
+    more than the batch can use: idle blocks only make every grid barrier slower."""
     import cupy
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
@@ -137,7 +141,9 @@ def grid_size(kernel, shared_bytes: int) -> int:
                                                                               shared_bytes)
     except Exception:
         per_sm = 4
-    return max(1, sms * max(1, per_sm))
+    fit = max(1, sms * max(1, per_sm))
+    wanted = -(-useful_warps // (THREADS_PER_BLOCK // 32))
+    return max(1, min(fit, max(wanted, sms)))
 
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
@@ -160,33 +166,38 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_bytes = (THREADS_PER_BLOCK // 32) * req_dtype.itemsize
     if shared_bytes > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = shared_bytes
-    blocks = grid or grid_size(kernel, shared_bytes)
+    blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode == "deterministic" else n)
     width = _record_words(compiled)
-    capacity = max(4096, 16 * n)
+    capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     flags = _MappedFlags()
     try:
         while True:
-            d_reqs = cupy.asarray(reqs_host.view(np.uint32))
-            d_shared = cupy.asarray(shared_host.view(np.uint32))
-            d_params = cupy.asarray(packed.view(np.uint32))
-            d_ctl = cupy.zeros(16, dtype=np.uint32)
-            d_active = cupy.zeros(max(1, min(config.max_active, n)), dtype=np.int32)
-            d_failed = cupy.zeros(max(1, n), dtype=np.int8)
-            d_records = cupy.zeros((capacity, width), dtype=np.uint32)
-            d_count = cupy.zeros(1, dtype=np.uint64)
-            d_where = cupy.full((blocks * THREADS_PER_BLOCK // 32, 4), -1, dtype=np.int32)
-            flags.view[:] = 0
+            # Everything is allocated and zeroed on the kernel's own stream: a
+            # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             with stream:
+                d_reqs = cupy.asarray(reqs_host.view(np.uint32))
+                d_shared = cupy.asarray(shared_host.view(np.uint32))
+                d_params = cupy.asarray(packed.view(np.uint32))
+                d_ctl = cupy.zeros(16, dtype=np.uint32)
+                list_len = max(1, min(config.max_active, n))
+                d_active = cupy.zeros(2 * list_len, dtype=np.int32)  # this round's and the next round's lists
+                d_keep = cupy.zeros(list_len, dtype=np.int8)
+                d_records = cupy.zeros((capacity, width), dtype=np.uint32)
+                d_count = cupy.zeros(1, dtype=np.uint64)
+                d_where = cupy.full((blocks * THREADS_PER_BLOCK // 32, 4), -1, dtype=np.int32)
+                stream.synchronize()
+                flags.view[:] = 0
                 start.record(stream)
                 kernel((blocks,), (THREADS_PER_BLOCK,),
-                       (d_reqs, d_shared, d_params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds), d_ctl, d_active, d_failed, d_records,
+                       (d_reqs, d_shared, d_params, np.int32(n), np.int32(config.max_active),
+                        np.int32(config.max_rounds), d_ctl, d_active, d_keep, d_records,
                         np.uint64(capacity), d_count, np.uint64(flags.device_ptr), d_where),
                        shared_mem=shared_bytes)
                 end.record(stream)
             _wait(end, timeout, flags, d_where, d_ctl, compiled, stream)
-            count = int(d_count.get()[0])
+            count = int(d_count.get(stream=stream)[0])
             if count <= capacity:
                 break
             capacity = count
@@ -197,7 +208,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         reqs_out = d_reqs.get().view(req_dtype).reshape(n)
         shared_out = d_shared.get().view(shared_dtype).reshape(1)
         rounds = int(ctl.view(np.int32)[4])
-        barriers = int(ctl[8]) | (int(ctl[9]) << 32)
+        barriers = int(ctl[10]) | (int(ctl[11]) << 32)
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,

@@ -8,6 +8,8 @@
 typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+typedef long long int64_t;
+typedef signed char int8_t;
 #else
 #include <stdint.h>
 #include <math.h>
@@ -189,7 +191,10 @@ XL_HD int32_t xl_b_target_token(XlErr& e, int32_t k, int32_t line, uint32_t seed
 
 XL_HD int32_t xl_b_draft_token(XlErr& e, int32_t k, int32_t line, uint32_t seed, int32_t pos, int32_t prev, int32_t vocab, float agree) {
     const int32_t target = xl_b_target_token(e, k, line, seed, pos, prev, vocab);
-    if (e.code) return 0;
+    // Not `if (e.code)`: `e` is the whole statement's error, and may already hold one from an
+    // operand the compiler evaluated first (a later key). This call did not fail, so it must not
+    // return a substitute value, which could raise a spurious earlier error (`x % 0`).
+    if (vocab < 2) return 0;  // xl_b_target_token recorded BUILTIN
     const uint32_t h = xl_mix(seed, pos, prev, 0x2C1B3C6Du);
     const float u = (float)(h >> 8) * (1.0f / 16777216.0f);  // exact: a 24-bit integer times 2^-24
     if (u < agree) return target;

@@ -1,0 +1,3 @@
+# Source this on the GPU machine: installs the carried wheels (.whl/) into /tmp/site.
+rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD && export PYTHONUNBUFFERED=1 && export XLGEN_CACHE=/tmp/xlgen-cache

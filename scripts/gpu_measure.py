@@ -1,0 +1,94 @@
+"""Numbers for the GPU issue: kernel time on 1,000 requests (deterministic and fast),
+the cost of one deterministic round's barriers, and the largest request count run.
+
+    python3 scripts/gpu_measure.py            # on a GPU machine; prints a table, writes JSON to $OUT
+"""
+
+import json
+import os
+import statistics
+import time
+
+from xlgen.build import load, load_text
+from xlgen.diff import compare
+from xlgen.runtime import gpu, sim
+from xlgen.runtime.sim import KIND_DONE, LaunchConfig
+from xlgen.workload import from_dict
+
+results = {}
+T0 = time.time()
+
+
+def report(key, value):
+    results[key] = value
+    print(f"[{time.time() - T0:6.1f}s] {key}: {json.dumps(value)}", flush=True)
+
+compiled = load("stages/xl_spec.xl")
+module = compiled.sim_module()
+
+
+def workload(count, max_active, tokens):
+    return from_dict({"seed": 3, "launch": {"max_active": max_active, "max_rounds": 1_000_000},
+                      "generate": {"count": count, "fields": {
+                          "seed": {"counter": 5}, "prompt_len": {"uniform": [16, 128]},
+                          "max_new_tokens": {"choice": tokens},
+                          "profile": {"cycle": ["CONSTANT", "STRUCTURED", "BURSTY"]},
+                          "base_acceptance": {"choice": [0.3, 0.6, 0.9]}}}}, module)
+
+
+def median_kernel_ms(w, mode, repeats=5):
+    times, last = [], None
+    for _ in range(repeats + 1):
+        last = gpu.run(compiled, w.params, w.inputs, w.config, mode=mode)
+        times.append(last.extra["timing"].kernel_ms)
+    times = times[1:]  # the first run includes module load
+    return statistics.median(times), min(times), max(times), last
+
+
+w = workload(1000, 1024, [64, 128, 256])
+reference = sim.run(module, w.params, w.inputs, w.config)
+print(f"[{time.time() - T0:6.1f}s] simulated 1000 requests", flush=True)
+for mode in ("deterministic", "fast"):
+    med, lo, hi, last = median_kernel_ms(w, mode)
+    tokens = int(last.requests["n_out"].sum())
+    report(f"bundled_1000_{mode}", {"median_ms": med, "min_ms": lo, "max_ms": hi, "rounds": last.rounds,
+                                       "grid": last.extra["timing"].grid, "barriers": last.extra["timing"].barriers,
+                                       "tokens": tokens, "tokens_per_s": tokens / (med / 1e3),
+                                       "identical_to_sim": compare(compiled.program, reference, last) is None
+                                       if mode == "deterministic" else
+                                       bool((last.requests["out_tokens"] == reference.requests["out_tokens"]).all())})
+
+# Barrier cost: a one-request pipeline whose round does almost nothing. Two rounds'
+# difference in kernel time over their difference in barriers is the per-barrier cost.
+COUNTER = "pipeline counter\nparam rounds: i32 = 1000\nrequest { n: i32 }\nstage tick { n += 1 }\ndone when n >= rounds\n"
+counter = load_text(COUNTER, "counter.xl")
+per_round = {}
+for rounds in (2000, 4000):
+    times = []
+    for _ in range(4):
+        r = gpu.run(counter, {"rounds": rounds}, [{}], LaunchConfig(max_active=1, max_rounds=10**7))
+        times.append(r.extra["timing"].kernel_ms)
+    per_round[rounds] = (statistics.median(times[1:]), r.extra["timing"].barriers, r.extra["timing"].grid)
+(t1, b1, grid), (t2, b2, _) = per_round[2000], per_round[4000]
+report("round_cost", {"us_per_round": (t2 - t1) * 1e3 / 2000, "us_per_barrier": (t2 - t1) * 1e3 / (b2 - b1),
+                      "grid_blocks": grid, "barriers_per_round": (b2 - b1) / 2000})
+
+# The largest request count: 100,000 short requests, deterministic mode, checked against the simulator.
+BIG = int(os.environ.get("XLGEN_BIG", "100000"))
+big = workload(BIG, 4096, [8, 16])
+t0 = time.time()
+ref_big = sim.run(module, big.params, big.inputs, big.config)
+sim_s = time.time() - t0
+t0 = time.time()
+got_big = gpu.run(compiled, big.params, big.inputs, big.config, mode="deterministic", timeout=300)
+print(f"[{time.time() - T0:6.1f}s] gpu run of {BIG} requests took {time.time() - t0:.1f}s wall, "
+      f"kernel {got_big.extra['timing'].kernel_ms:.1f} ms", flush=True)
+print(f"[{time.time() - T0:6.1f}s] simulated {BIG} requests in {sim_s:.1f}s", flush=True)
+report("largest", {"requests": BIG, "identical_to_sim": compare(compiled.program, ref_big, got_big) is None,
+                      "done": int((got_big.records[:, 2] == KIND_DONE).sum()), "kernel_ms": got_big.extra["timing"].kernel_ms,
+                      "rounds": got_big.rounds, "sim_seconds": sim_s})
+
+out = os.environ.get("OUT")
+if out:
+    with open(os.path.join(out, "gpu_measure.json"), "w") as f:
+        json.dump(results, f, indent=2)

@@ -1,0 +1,20 @@
+"""A fast first check on a GPU machine: compile, run tiny workloads in both modes, compare."""
+
+import sys
+import time
+
+from xlgen.build import load, load_text
+from xlgen.diff import compare, compare_results
+from xlgen.runtime import gpu, sim
+from xlgen.workload import load as load_workload
+
+t0 = time.time()
+compiled = load("stages/xl_spec.xl")
+w = load_workload("workloads/small.json", compiled.sim_module())
+ref = sim.run(compiled.sim_module(), w.params, w.inputs, w.config)
+for mode in ("deterministic", "fast"):
+    got = gpu.run(compiled, w.params, w.inputs, w.config, mode=mode, timeout=60)
+    d = compare(compiled.program, ref, got) if mode == "deterministic" else compare_results(compiled.program, ref, got)
+    print(mode, "identical" if d is None else d.render(), got.extra["timing"], flush=True)
+print(f"smoke done in {time.time() - t0:.1f}s")
+sys.exit(0)
