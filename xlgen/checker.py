@@ -7,6 +7,7 @@ Entry point: `load_program(path)` (reads the file and its imports) or
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,6 +190,38 @@ def _parse_int(text: str) -> tuple[int | None, bool]:
     return int(digits, base), unsigned
 
 
+MAX_FLOAT_DIGITS = 1000
+
+
+def _float_literal(text: str) -> float | None:
+    """The f32 value of a float literal (None: too many digits to round exactly).
+
+    Magnitudes far outside f32 are decided from the exponent alone, so that
+    `1e999999999` costs nothing (exact rounding would build a 10**999999999).
+    """
+    mantissa, _, exp_text = text.lower().partition("e")
+    whole, _, frac = mantissa.partition(".")
+    significant = (whole + frac).lstrip("0")
+    if not significant:
+        return 0.0
+    if len(whole) + len(frac) > MAX_FLOAT_DIGITS:
+        return None
+    exp_digits = exp_text.lstrip("+-").lstrip("0")
+    if len(exp_digits) > 6:
+        return math.inf if not exp_text.startswith("-") else 0.0
+    exp = int(exp_text) if exp_text else 0
+    whole_digits = whole.lstrip("0")
+    if whole_digits:
+        order = len(whole_digits) - 1 + exp  # the value is about 10**order
+    else:
+        order = exp - (len(frac) - len(frac.lstrip("0")) + 1)
+    if order > 39:  # f32's largest finite value is about 3.4e38
+        return math.inf
+    if order < -46:  # below half the smallest subnormal (about 1.4e-45): rounds to zero
+        return 0.0
+    return ops.decimal_to_f32(text)
+
+
 def _short(text: str) -> str:
     """A literal as quoted in a message (very long ones abbreviated)."""
     return text if len(text) <= 24 else f"{text[:10]}...{text[-10:]}"
@@ -229,6 +262,7 @@ class Checker:
         self.fn_sigs: dict[str, tuple[tuple[ir.FnParam, ...], ir.Type]] = {}
         self.call_graph: dict[str, set[str]] = {}
         self.used_globals: set[str] = set()
+        self.rejected: set[str] = set()  # global names refused (reserved): their uses are not errors again
 
     def error(self, loc: Loc, message: str) -> None:
         self.sink.error(loc, message)
@@ -239,15 +273,16 @@ class Checker:
         main = modules[-1]
         items = [item for m in modules for item in m.items]
         if main.pipeline is None:
-            self.error(Loc(main.file, 1, 1), "the main file must start with 'pipeline NAME'")
+            empty = "" if main.items else " (this file declares nothing)"
+            self.error(Loc(main.file, 1, 1), f"the main file must start with 'pipeline NAME'{empty}")
         self._declare(items)
         for item in items:
             if isinstance(item, A.EnumDecl):
                 self._enum(item)
-        for item in items:
+        for item in self._constants_in_order(items):
             if isinstance(item, A.Const):
                 self._const(item)
-            elif isinstance(item, A.Param):
+            else:
                 self._param(item)
         for item in items:
             if isinstance(item, A.StateBlock):
@@ -287,6 +322,7 @@ class Checker:
             why = _reserved(name)
             if why is not None:
                 self.error(loc, why)
+                self.rejected.add(name)
                 return
             prev = self.globals.get(name)
             if prev is not None:
@@ -328,7 +364,7 @@ class Checker:
             names.append(m.name)
         if node.is_flags and len(names) > 32:
             self.error(node.loc, f"flag set {node.name} has {len(names)} members; at most 32 fit in a u32")
-        if not names:
+        if not node.members:  # (the grammar needs one; members rejected above are reported already)
             self.error(node.loc, f"{'flag set' if node.is_flags else 'enum'} {node.name} has no members")
         t = ir.EnumType(node.name, tuple(names), node.is_flags)
         if node.name in self.globals and self.globals[node.name].node is node:
@@ -350,7 +386,7 @@ class Checker:
         if ref.length is None:
             return base
         if not allow_array:
-            self.error(ref.loc, "an array type is not allowed here")
+            self.error(ref.loc, "an array type is not allowed here (only fields and function parameters are arrays)")
             return None
         n = self._const_int(ref.length, "array length")
         if n is None:
@@ -368,7 +404,7 @@ class Checker:
         if e is None:
             return None
         if not isinstance(e, ir.Const):
-            self.error(node.loc, f"{what} must be a constant expression")
+            self.error(node.loc, _not_constant(e, f"{what}"))
             return None
         if not ir.is_int(e.type):
             self.error(node.loc, f"{what} must be an integer, not {e.type}")
@@ -381,11 +417,48 @@ class Checker:
         if t is None or e is None:
             return
         if not isinstance(e, ir.Const):
-            self.error(node.value.loc, f"the value of const '{node.name}' must be a constant expression")
+            self.error(node.value.loc, _not_constant(e, f"the value of const '{node.name}'"))
             return
         if not self._same(t, e.type, node.value.loc, f"const '{node.name}'"):
             return
-        self.consts[node.name] = ir.Const(e.value, t, node.loc, node.name)
+        if self.globals.get(node.name, Global("", node.loc)).node is node:  # not a duplicate
+            self.consts[node.name] = ir.Const(e.value, t, node.loc, node.name)
+
+    def _constants_in_order(self, items) -> list:
+        """Consts and params, each after the consts its value uses (a const may be used before
+        the line that declares it). A cycle is an error; its consts are left undefined."""
+        decls = [i for i in items if isinstance(i, (A.Const, A.Param))]
+        consts = {i.name: i for i in decls if isinstance(i, A.Const) and self.globals.get(i.name)
+                  and self.globals[i.name].node is i}
+        order, state = [], {}
+        for root in decls:
+            if state.get(id(root)):
+                continue
+            stack = [(root, iter(sorted(_names_in(root.value) & set(consts))))]
+            state[id(root)] = "active"
+            path = [root]
+            while stack:
+                node, deps = stack[-1]
+                dep = next(deps, None)
+                if dep is None:
+                    stack.pop()
+                    path.pop()
+                    state[id(node)] = "done"
+                    order.append(node)
+                    continue
+                target = consts[dep]
+                if state.get(id(target)) == "active":
+                    cycle = [n.name for n in path[path.index(target):]] + [dep]
+                    self.error(target.loc, f"const '{dep}' is defined in terms of itself: {' -> '.join(cycle)}")
+                    for n in path[path.index(target):]:
+                        state[id(n)] = "cyclic"
+                    continue
+                if state.get(id(target)):
+                    continue
+                state[id(target)] = "active"
+                path.append(target)
+                stack.append((target, iter(sorted(_names_in(target.value) & set(consts)))))
+        return [n for n in order if state.get(id(n)) != "cyclic"]
 
     def _param(self, node: A.Param) -> None:
         t = self._resolve_type(node.type, allow_array=False)
@@ -393,9 +466,10 @@ class Checker:
         if t is None or e is None:
             return
         if not isinstance(e, ir.Const):
-            self.error(node.value.loc, f"the default of param '{node.name}' must be a constant expression")
+            self.error(node.value.loc, _not_constant(e, f"the default of param '{node.name}'"))
             return
-        if self._same(t, e.type, node.value.loc, f"param '{node.name}'"):
+        registered = self.globals.get(node.name, Global("", node.loc)).node is node  # not a duplicate
+        if self._same(t, e.type, node.value.loc, f"param '{node.name}'") and registered:
             self.params[node.name] = ir.ParamDecl(node.name, t, e.value, node.loc)
 
     def _field(self, node: A.Field, kind: str) -> None:
@@ -434,6 +508,11 @@ class Checker:
         return tuple(out)
 
     def _builtin(self, node: A.BuiltinDecl) -> None:
+        if node.loc.file != PRELUDE_NAME:
+            # Every backend implements each builtin (runtime/builtins.py, xl_runtime.cuh); a
+            # declaration elsewhere would check, then fail when the generated code runs.
+            self.error(node.loc, f"builtin '{node.name}' is not in the prelude; builtins are declared in "
+                                 "xlgen/runtime/prelude.xl and implemented by every backend")
         params = self._params(node.params, allow_open=True)
         ret = self._resolve_type(node.ret, allow_array=False) if node.ret else None
         self.builtins[node.name] = ir.Builtin(node.name, params, ret, node.warp, node.loc)
@@ -448,8 +527,7 @@ class Checker:
         ctx = Context("fn", ret=ret)
         scope = {}
         for p, a in zip(params, node.params):
-            if p.type is not None:
-                scope[p.name] = Local(p.type, a.loc, mutable=False, used=True)
+            scope[p.name] = Local(p.type, a.loc, mutable=False, used=True)  # type None: already reported
             self._check_local_name(p.name, a.loc)
         ctx.scopes.append(scope)
         body = self.block(node.body, ctx)
@@ -539,6 +617,9 @@ class Checker:
                 self.sink.warning(item.loc, f"function '{item.name}' is never called")
             elif isinstance(item, A.StateBlock):
                 for f in item.fields:
+                    registered = self.globals.get(f.name)
+                    if registered is None or registered.node is not f:
+                        continue  # a duplicate (or reserved) name, already reported
                     if f.name not in self.used_globals and f.loc.file != PRELUDE_NAME:
                         self.sink.warning(f.loc, f"field '{f.name}' is never used")
 
@@ -592,19 +673,25 @@ class Checker:
         declared = self._resolve_type(s.type, allow_array=False) if s.type else None
         value = self.expr(s.value, ctx, declared)
         ok = self._check_local_name(s.name, s.loc, ctx)
-        if value is None:
-            if ok and declared is not None:
-                ctx.scopes[-1][s.name] = Local(declared, s.loc, used=True)
-            return None
-        if isinstance(value.type, ir.ArrayType):
+        if value is not None and isinstance(value.type, ir.ArrayType):
             self.error(s.value.loc, "local variables hold scalars; arrays live in request or shared state")
+            value = None
+        elif value is not None and declared is not None and not self._same(declared, value.type, s.value.loc,
+                                                                           f"'{s.name}'"):
+            value = None
+        if value is None or not ok:
+            known = declared if declared is not None else (value.type if value is not None else None)
+            self._declare_quietly(ctx, s.name, s.loc, known)
             return None
         t = declared or value.type
-        if declared is not None and not self._same(declared, value.type, s.value.loc, f"'{s.name}'"):
-            return None
-        if ok:
-            ctx.scopes[-1][s.name] = Local(t, s.loc)
+        ctx.scopes[-1][s.name] = Local(t, s.loc)
         return ir.Let(s.name, t, value, s.loc)
+
+    def _declare_quietly(self, ctx: Context, name: str, loc: Loc, t) -> None:
+        """After a rejected declaration, make the name known (type None: unknown) so that
+        its uses do not add an 'unknown name' error to the one already reported."""
+        if ctx.lookup(name) is None and name not in self.globals and name not in self.members and name != "req_id":
+            ctx.scopes[-1][name] = Local(t, loc, used=True)
 
     def stmt_Assign(self, s: A.Assign, ctx: Context):
         target = self._assign_target(s.target, s.loc, ctx)
@@ -641,12 +728,22 @@ class Checker:
     def _assign_target(self, name: str, loc: Loc, ctx: Context) -> ir.Var | None:
         local = ctx.lookup(name)
         if local is not None:
+            if local.type is None:  # its declaration was rejected, with an error
+                return None
             if not local.mutable:
                 what = "loop variable" if local.value_range is not None else "parameter"
                 self.error(loc, f"cannot assign to {what} '{name}'")
                 return None
             return ir.Var(ir.LOCAL, name, local.type, loc)
         g = self.globals.get(name)
+        if g is None and name in self.members:
+            self.error(loc, f"cannot assign to enum member '{name}'")
+            return None
+        if g is None and name == "req_id":
+            self.error(loc, "cannot assign to 'req_id'")
+            return None
+        if g is None and name in self.rejected:
+            return None
         if g is None:
             self.error(loc, f"unknown variable '{name}'{did_you_mean(name, self._visible_names(ctx))}")
             return None
@@ -718,7 +815,9 @@ class Checker:
         value = self.expr(s.value, ctx, ctx.ret)
         if value is None or ctx.ret is None:
             return None
-        if not self._same(ctx.ret, value.type, s.value.loc, "the return value"):
+        if value.type != ctx.ret:
+            hint = f"; convert with 'as {ctx.ret}'" if ir.is_numeric(ctx.ret) and ir.is_numeric(value.type) else ""
+            self.error(s.value.loc, f"the function returns {ctx.ret}, but this value is {value.type}{hint}")
             return None
         return ir.Return(value, s.loc)
 
@@ -727,7 +826,7 @@ class Checker:
         if call is None:
             return None
         if not isinstance(call, ir.Call):
-            self.error(s.loc, "only calls can stand alone as statements")
+            self.error(s.loc, f"the result of '{s.call.func}' is unused ('{s.call.func}' has no effect on its own)")
             return None
         if call.type is not None and not call.builtin:
             self.sink.warning(s.loc, f"the result of '{call.func}' is discarded")
@@ -741,7 +840,8 @@ class Checker:
         result = method(node, ctx, expected)
         return _fold(result) if result is not None else None
 
-    def expr_IntLit(self, node: A.IntLit, ctx, expected, negate: bool = False):
+    def expr_IntLit(self, node: A.IntLit, ctx, expected, negate: bool = False, loc: Loc | None = None):
+        loc = loc or node.loc  # a negated literal: the '-'
         value, unsigned = _parse_int(node.text)
         if value is None:
             self.error(node.loc, f"integer literal {node.text} has no digits")
@@ -751,13 +851,22 @@ class Checker:
             value = -value
         lo, hi = (0, 0xFFFFFFFF) if t == U32 else (-(1 << 31), (1 << 31) - 1)
         if not lo <= value <= hi:
-            hint = "; add a 'u' suffix for u32" if t == I32 and 0 <= value <= 0xFFFFFFFF else ""
-            self.error(node.loc, f"integer literal {_short(node.text)} does not fit in {t}{hint}")
+            if t == I32 and 0 <= value <= 0xFFFFFFFF:
+                hint = "; add a 'u' suffix for u32"
+            elif t == U32 and value < 0:
+                hint = "; a u32 cannot be negative (all bits set is 0xFFFFFFFFu)"
+            else:
+                hint = ""
+            text = ("-" if negate else "") + _short(node.text)
+            self.error(loc, f"integer literal {text} does not fit in {t}{hint}")
             return None
-        return ir.Const(value, t, node.loc)
+        return ir.Const(value, t, loc)
 
     def expr_FloatLit(self, node: A.FloatLit, ctx, expected):
-        value = ops.decimal_to_f32(node.text)
+        value = _float_literal(node.text)
+        if value is None:
+            self.error(node.loc, f"float literal {_short(node.text)} has more than {MAX_FLOAT_DIGITS} digits")
+            return None
         if value in (float("inf"), float("-inf")):
             self.error(node.loc, f"float literal {_short(node.text)} is too large for f32")
             return None
@@ -771,6 +880,8 @@ class Checker:
         local = ctx.lookup(name)
         if local is not None:
             local.used = True
+            if local.type is None:  # its declaration was rejected, with an error
+                return None
             return ir.Var(ir.LOCAL, name, local.type, node.loc)
         if name == "req_id":
             if not ctx.sees_request:
@@ -781,6 +892,8 @@ class Checker:
         if g is None:
             if name in self.members:
                 return self._member_by_name(name, node.loc)
+            if name in self.rejected:
+                return None
             hint = did_you_mean(name, self._visible_names(ctx))
             self.error(node.loc, f"unknown name '{name}'{hint}")
             return None
@@ -796,7 +909,9 @@ class Checker:
             return ir.Var(ir.PARAM, name, p.type, node.loc) if p else None
         if g.kind in ("request field", "shared field"):
             if not ctx.sees_request:
-                where = "a function (functions are pure; pass it as an argument)" if ctx.kind == "fn" else "a constant expression"
+                where = {"fn": "a function (functions are pure; pass it as an argument)",
+                         "init": "an initial value (initial values may use consts and params)"}.get(
+                    ctx.kind, "a constant expression")
                 self.error(node.loc, f"{g.kind} '{name}' cannot be read in {where}")
                 return None
             table = self.fields if g.kind == "request field" else self.shared
@@ -870,7 +985,7 @@ class Checker:
 
     def expr_Unary(self, node: A.Unary, ctx: Context, expected):
         if node.op == "-" and isinstance(node.operand, A.IntLit):
-            return self.expr_IntLit(node.operand, ctx, expected, negate=True)
+            return self.expr_IntLit(node.operand, ctx, expected, negate=True, loc=node.loc)
         operand = self.expr(node.operand, ctx, expected)
         if operand is None:
             return None
@@ -940,7 +1055,9 @@ class Checker:
                 return bad("; use '&&' / '||' for bool" if lt == BOOL else "")
             return ir.Binary(op, left, right, lt, loc)
         if op in ARITH_OPS:
-            if not ir.is_numeric(lt) or (op == "%" and lt == F32):
+            if op == "%" and lt == F32:
+                return bad("; '%' is for integers")
+            if not ir.is_numeric(lt):
                 return bad()
             return ir.Binary(op, left, right, lt, loc)
         return bad()
@@ -1026,6 +1143,8 @@ class Checker:
             args.append(e)
         if not ok:
             return None
+        if ret is None and b is None:  # the function's return type was rejected, with an error
+            return None
         return ir.Call(name, tuple(args), ret, builtin=b is not None, warp=bool(b and b.warp), loc=node.loc)
 
     @staticmethod
@@ -1085,6 +1204,24 @@ def _mentions_params(e: ir.Expr) -> bool:
     return any(_mentions_params(c) for c in _children(e))
 
 
+def _names_in(node: A.Node) -> set[str]:
+    """Every name an expression mentions (without recursing: expressions may be deep)."""
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Name):
+            out.add(n.id)
+        elif isinstance(n, A.Index):
+            out.add(n.base)
+        for value in vars(n).values():
+            if isinstance(value, A.Node):
+                stack.append(value)
+            elif isinstance(value, tuple):
+                stack.extend(v for v in value if isinstance(v, A.Node))
+    return out
+
+
 def _always_returns(stmts) -> bool:
     for s in stmts:
         if isinstance(s, A.Return):
@@ -1116,6 +1253,28 @@ def _fold(e: ir.Expr) -> ir.Expr:
     except ops.XlRuntimeError:
         return e
     return ir.Const(value, e.type, e.loc)
+
+
+def _not_constant(e: ir.Expr, what: str) -> str:
+    """The message for a compile-time value that did not fold: why, if evaluating it fails."""
+    from .py_ops import evaluate_const
+
+    stack = [e]
+    failure = None
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (ir.Var, ir.Load, ir.Call)):
+            return f"{what} must be a constant expression"
+        kids = _children(x)
+        if failure is None and kids and all(isinstance(k, ir.Const) for k in kids):
+            try:
+                evaluate_const(x)
+            except ops.XlRuntimeError as exc:
+                failure = str(exc)
+        stack.extend(kids)
+    if failure is not None:
+        return f"{what} cannot be computed at compile time: {failure}"
+    return f"{what} must be a constant expression"
 
 
 def _children(e: ir.Expr):

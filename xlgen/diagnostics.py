@@ -12,6 +12,8 @@ class Loc:
     col: int
 
     def __str__(self) -> str:
+        if self.line < 1:  # the file as a whole (it cannot be read)
+            return self.file
         return f"{self.file}:{self.line}:{self.col}"
 
 
@@ -29,11 +31,12 @@ class Diagnostic:
         text = (sources or {}).get(self.loc.file)
         if text is None or self.loc.line < 1:
             return head
-        lines = text.splitlines()
+        lines = text.split("\n")  # as the lexer counts lines (splitlines() also splits at \f, \x1c, ...)
         if self.loc.line > len(lines):
             return head
-        src = lines[self.loc.line - 1].expandtabs(4)
-        caret = " " * max(self.loc.col - 1, 0) + "^"
+        raw = lines[self.loc.line - 1].rstrip("\r")
+        src = raw.expandtabs(4)
+        caret = " " * len(raw[: max(self.loc.col - 1, 0)].expandtabs(4)) + "^"  # tabs widen the line
         return f"{head}\n    {src}\n    {caret}"
 
 

@@ -38,35 +38,71 @@ def _lark() -> Lark:
                 lexer_callbacks={"COMMENT": _on_comment})
 
 
-# How a terminal is named in an error message.
+# How a terminal is named in an error message (others: their literal text).
 _TERMINAL_WORDS = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a float", "STRING": "a string",
     "ASSIGN_OP": "'=' or a compound assignment", "CMP_OP": "a comparison", "ADD_OP": "'+' or '-'",
     "MUL_OP": "'*', '/' or '%'", "SHIFT_OP": "'<<' or '>>'", "UNARY_OP": "'-', '!' or '~'",
     "OR_OP": "'||'", "AND_OP": "'&&'", "BOR_OP": "'|'", "XOR_OP": "'^'", "BAND_OP": "'&'",
-    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
-    "COLON": "':'", "COMMA": "','", "EQUAL": "'='", "DOT": "'.'", "QMARK": "'?'", "__ANON_0": "'->'",
-    "__ANON_1": "'..'", "$END": "end of file",
+    "$END": "end of file",
 }
+# Terminal sets that messages name as one thing ("an expression", "a statement", ...).
+_EXPR_START = {"INT", "FLOAT", "NAME", "LPAR", "UNARY_OP", "TRUE", "FALSE"}
+_OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CMP_OP", "HAS", "AND_OP",
+              "OR_OP", "QMARK", "AS"}
+_STMT_START = {"LET", "IF", "FOR", "BREAK", "CONTINUE", "RETURN", "NAME"}
+_ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
+               "ARBITER", "TRACE", "DONE"}
 
 
-def _describe_expected(expected) -> str:
+@functools.cache
+def _terminal_text() -> dict[str, str]:
+    """Terminal name -> its literal text, for the grammar's fixed-string terminals."""
+    return {t.name: t.pattern.value for t in _lark().terminals if t.pattern.type == "str"}
+
+
+def _describe_expected(expected, previous: Token | None = None) -> str:
+    """`expected` (terminal names) in words: groups first ("an expression"), then single tokens."""
+    expected = set(expected)
     words = []
-    for name in sorted(expected):
-        word = _TERMINAL_WORDS.get(name)
-        if word is None:
-            word = f"'{name.lower()}'" if name.isupper() and not name.startswith("_") else name
+    if _EXPR_START <= expected:
+        words.append("an expression")
+        expected -= _EXPR_START
+    if {"ADD_OP", "MUL_OP", "AND_OP"} <= expected:
+        words.append("an operator")
+        expected -= _OPERATORS
+    if _STMT_START <= expected:
+        words.append("a statement")
+        expected -= _STMT_START
+    if _ITEM_START <= expected:
+        words.append("a declaration")
+        expected -= _ITEM_START
+    text = _terminal_text()
+    for name in sorted(expected, key=lambda n: (n == "$END", n not in _TERMINAL_WORDS, n)):
+        if name == "NAME" and previous is not None and str(previous) in (":", "->", "as"):
+            word = "a type"
+        elif name in _TERMINAL_WORDS:
+            word = _TERMINAL_WORDS[name]
+        elif name in text:
+            word = f"'{text[name]}'"
+        else:
+            word = name.lower()
         if word not in words:
             words.append(word)
     if len(words) > 8:
-        words = words[:8] + ["..."]
-    return ", ".join(words)
+        words = words[:7] + ["..."]
+    if len(words) > 1:
+        return ", ".join(words[:-1]) + " or " + words[-1]
+    return words[0] if words else "nothing"
 
 
 def _token_text(tok: Token) -> str:
     if tok.type == "$END":
         return "end of file"
-    return f"'{tok}'"
+    text = str(tok)
+    if len(text) > 24:
+        text = f"{text[:10]}...{text[-10:]}"
+    return f"'{text}'"
 
 
 def parse_text(text: str, file: str) -> A.Module:
@@ -201,43 +237,93 @@ def _diagnose(exc: UnexpectedInput, text: str, file: str) -> Diagnostic:
         ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "?"
         if ch == '"':
             msg = "unterminated string (strings end on the same line)"
+        elif ch == ";":
+            msg = "unexpected ';' (statements need no ';')"
         else:
             msg = f"unexpected character {ch!r}"
         return Diagnostic("error", Loc(file, exc.line, exc.column), msg)
-    if isinstance(exc, UnexpectedEOF):
-        lines = text.splitlines() or [""]
-        loc = Loc(file, len(lines), len(lines[-1]) + 1)
-        return Diagnostic("error", loc, f"unexpected end of file; expected {_describe_expected(exc.expected)}")
+    if isinstance(exc, UnexpectedEOF):  # not raised by the LALR parser; kept for safety
+        return Diagnostic("error", _end_loc(text, file),
+                          f"unexpected end of file; expected {_describe_expected(exc.expected)}")
     assert isinstance(exc, UnexpectedToken)
     tok = exc.token
-    if tok.type == "$END":
-        lines = text.splitlines() or [""]
-        loc = Loc(file, len(lines), len(lines[-1]) + 1)
-    else:
-        loc = Loc(file, tok.line, tok.column)
-    hint = _hint(exc)
-    msg = f"unexpected {_token_text(tok)}; expected {_describe_expected(exc.expected)}{hint}"
+    loc = _end_loc(text, file) if tok.type == "$END" else Loc(file, tok.line, tok.column)
+    try:  # what the parser could really take here (exc.expected is LALR's looser lookahead set)
+        accepts = exc.interactive_parser.accepts()
+        values = exc.interactive_parser.parser_state.value_stack
+    except Exception:  # pragma: no cover - older Lark: fall back to the lookahead set
+        accepts, values = set(exc.expected), []
+    stack = [v for v in values if isinstance(v, Token)]
+    previous = values[-1] if values and isinstance(values[-1], Token) else None
+    if previous is not None and previous.type == "NAME" and str(previous) in KEYWORDS:
+        # The lexer read a keyword as a name, because the keyword could not come there.
+        where = Loc(file, previous.line, previous.column)
+        word = str(previous)
+        if word in ("else", "elif"):
+            msg = f"'{word}' must follow the closing '}}' of an 'if' or 'elif' block"
+        elif len(stack) >= 2 and stack[-2].type == "PIPELINE":
+            msg = f"expected the pipeline's name after 'pipeline', not the keyword '{word}'"
+        elif word in _ITEM_KEYWORDS and _missing_brace(stack):
+            msg = f"unexpected '{word}'{_missing_brace(stack)}"
+        else:
+            msg = f"unexpected '{word}' ('{word}' is a keyword; it cannot be used as a name)"
+        return Diagnostic("error", where, msg)
+    following = text[tok.end_pos:].lstrip()[:1] if tok.end_pos is not None else ""
+    hint = _hint(tok, accepts, stack, following)
+    msg = f"unexpected {_token_text(tok)}; expected {_describe_expected(accepts, previous)}{hint}"
     return Diagnostic("error", loc, msg)
 
 
-# Keywords of grammar/xl.lark (for the hint when one is used as a name).
+def _end_loc(text: str, file: str) -> Loc:
+    lines = text.split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    return Loc(file, len(lines), len(lines[-1]) + 1)
+
+
+# Keywords of grammar/xl.lark (tests/test_frontend_docs.py checks the list against it). The checker
+# rejects them as names too: the contextual lexer reads some of them as names in some places.
 KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
     "stage", "arbiter", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
     "continue", "return", "as", "has", "true", "false",
 }
+_ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
+                  "arbiter", "trace", "done", "pipeline"}
 
 
-def _hint(exc: UnexpectedToken) -> str:
-    tok = exc.token
-    if str(tok) in KEYWORDS and "NAME" in exc.expected:
-        return f" ('{tok}' is a keyword; it cannot be used as a name)"
-    if tok.type == "SEMICOLON" or str(tok) == ";":
-        return " (statements need no ';')"
-    if str(tok) == "=" and "CMP_OP" in exc.expected:
+def _missing_brace(stack: list[Token]) -> str:
+    braces = [t for t in stack if t.type == "LBRACE"]
+    if not braces:
+        return ""
+    return f" (a '}}' is missing: the '{{' at {braces[-1].line}:{braces[-1].column} is not closed)"
+
+
+def _hint(tok: Token, accepts: set, stack: list[Token], following: str) -> str:
+    """A likely cause of a syntax error, in parentheses (or nothing). `following`: the next character."""
+    text = str(tok)
+    previous = stack[-1] if stack else None
+    if text == "=" and "CMP_OP" in accepts:
         return " (did you mean '=='?)"
-    if tok.type == "ASSIGN_OP" and str(tok) == "=" and "RPAR" in exc.expected:
-        return " (did you mean '=='?)"
+    if text == "=" and previous is not None and previous.type == "ASSIGN_OP":
+        return " (a comparison cannot stand alone as a statement; to assign, write one '=')"
+    if tok.type in ("CMP_OP", "HAS") and "CMP_OP" not in accepts and "AND_OP" in accepts:
+        return " (comparisons do not chain: write 'a < b && b < c')"
+    if text == "pipeline":
+        return " ('pipeline NAME' must be the first declaration of the file)"
+    if tok.type == "$END" and "RBRACE" in accepts:
+        return _missing_brace(stack)
+    starts_declaration = following.isalpha() or following in ('_', '{', '"')  # `stage s`, `request {`, ...
+    if text in _ITEM_KEYWORDS and "RBRACE" in accepts and starts_declaration:
+        return _missing_brace(stack)
+    if text in KEYWORDS and "NAME" in accepts:
+        return f" ('{text}' is a keyword; it cannot be used as a name)"
+    if tok.type in ("RPAR", "RSQB", "RBRACE") and tok.type not in accepts:
+        opener = {"RPAR": "LPAR", "RSQB": "LSQB", "RBRACE": "LBRACE"}[tok.type]
+        if not any(t.type == opener for t in stack):
+            return f" (no open '{ {'RPAR': '(', 'RSQB': '[', 'RBRACE': '{'}[tok.type]}' to close)"
+    if tok.type == "STRING":
+        return " (strings are only used by 'import')"
     return ""
 
 
