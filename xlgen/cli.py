@@ -157,12 +157,18 @@ def _prepare(file, workload_name, count, max_active):
     from .build import load
     from .workload import WorkloadError, load as load_workload, resolve
 
+    from .workload import Workload
+
     compiled = load(file)
     module = compiled.sim_module()
-    try:
-        workload = load_workload(resolve(workload_name), module)
-    except WorkloadError as exc:
-        raise click.UsageError(f"workload: {exc}") from None
+    if workload_name is None:  # no workload: requests that keep their declared initial values
+        workload = Workload("default", [{} for _ in range(8)])
+        workload.config.max_active = 4
+    else:
+        try:
+            workload = load_workload(resolve(workload_name), module)
+        except WorkloadError as exc:
+            raise click.UsageError(f"workload: {exc}") from None
     if count is not None:
         workload.inputs = [workload.inputs[i % len(workload.inputs)] | {} for i in range(count)]
     if max_active is not None:
@@ -200,8 +206,9 @@ def _summary(compiled, result) -> str:
 
 
 _WORKLOAD_OPTIONS = [
-    click.option("-w", "--workload", "workload_name", default="small", show_default=True,
-                 help="A workload JSON file, or the name of a bundled one (workloads/NAME.json)."),
+    click.option("-w", "--workload", "workload_name", default=None,
+                 help="A workload JSON file, or the name of a bundled one (workloads/NAME.json: small, mixed). "
+                      "Default: 8 requests with the declared initial values."),
     click.option("--count", type=int, default=None, help="Use this many requests (the workload's, repeated)."),
     click.option("--max-active", type=int, default=None, help="Batch capacity: requests resident at once."),
 ]
@@ -215,7 +222,7 @@ def _workload_options(fn):
 
 @main.command(epilog="""\b
 Examples:
-  xlgen sim stages/xl_spec.xl                       # the bundled 'small' workload
+  xlgen sim stages/xl_spec.xl -w small              # a bundled workload
   xlgen sim stages/xl_spec.xl -w mixed --show n_out,total_accepted
   xlgen sim my.xl -w my_requests.json --trace      # print every trace record
 """)
@@ -265,7 +272,7 @@ def sim(file, workload_name, count, max_active, show, show_trace):
 
 @main.command(epilog="""\b
 Examples:
-  xlgen diff stages/xl_spec.xl                          # simulator vs CPU build (and GPU if present)
+  xlgen diff stages/xl_spec.xl -w small                 # simulator vs CPU build (and GPU if present)
   xlgen diff stages/xl_spec.xl -w mixed --backend cpu
   xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
 """)

@@ -1,11 +1,16 @@
-"""Find the grammar, templates, bundled stages and runtime files, in a checkout or installed."""
+"""Find the grammar, templates, bundled stages and workloads, in a checkout or installed.
+
+In a checkout they are top-level folders (grammar/, templates/, ...); an
+installed package carries the same folders as xlgen/data/<kind> (pyproject.toml
+maps them there).
+"""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
+_REPO = _PACKAGE.parent
 
 
 def data_dir(kind: str) -> Path:
@@ -13,8 +18,8 @@ def data_dir(kind: str) -> Path:
     in_checkout = _REPO / kind
     if in_checkout.is_dir() and (_REPO / "pyproject.toml").is_file():
         return in_checkout
-    return Path(str(resources.files(f"xlgen.data.{kind}")))
+    return _PACKAGE / "data" / kind
 
 
 def runtime_dir() -> Path:
-    return Path(__file__).resolve().parent / "runtime"
+    return _PACKAGE / "runtime"
