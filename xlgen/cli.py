@@ -338,5 +338,24 @@ def run_gpu(file, workload_name, count, max_active, mode, timeout):
                f"{timing.barriers} grid barriers")
 
 
+@main.command(epilog="""\b
+Examples:
+  xlgen demo                          # writes xlgen-demo/block_sizes.png
+  xlgen demo -w small -o /tmp/demo    # a quicker run
+  xlgen demo --no-gpu
+""")
+@click.option("-w", "--workload", "workload_name", default="mixed", show_default=True,
+              help="A workload JSON file or a bundled workload name.")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("xlgen-demo"),
+              show_default=True, help="Where to write the plot.")
+@click.option("--gpu/--no-gpu", "use_gpu", default=None, help="Also run the GPU (default: when one is present).")
+@_friendly
+def demo(workload_name, out_dir, use_gpu):
+    """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
+    from .demo import run_demo
+
+    sys.exit(0 if run_demo(out_dir, workload_name, use_gpu) else 1)
+
+
 def run():  # pragma: no cover - console entry for `python -m xlgen`
     main()
