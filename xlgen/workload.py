@@ -91,6 +91,7 @@ def from_dict(data: dict, module, name: str = "workload") -> Workload:
         fields = gen.get("fields", {})
         for i in range(count):
             inputs.append({f: _draw(spec, i, rng, module, f"generate.fields.{f}") for f, spec in fields.items()})
+    _validate(module, inputs, data.get("params", {}))
     launch = dict(data.get("launch", {}))
     try:
         config = LaunchConfig(**launch)
@@ -98,6 +99,35 @@ def from_dict(data: dict, module, name: str = "workload") -> Workload:
         raise WorkloadError(f"launch: {exc}") from None
     params = {k: _enum_value(module, v) for k, v in data.get("params", {}).items()}
     return Workload(data.get("name", name), inputs, params, config, data.get("description", ""))
+
+
+def _validate(module, inputs: list[dict], params: dict) -> None:
+    """Unknown names and out-of-range values are the workload's error, said before anything runs."""
+    from .runtime.sim import coerce
+
+    layout = {e[0]: e for e in module.REQUEST_LAYOUT}
+    for i, request in enumerate(inputs):
+        for name, value in request.items():
+            if name not in layout:
+                from .diagnostics import did_you_mean
+
+                raise WorkloadError(f"request {i}: '{name}' is not a request field of pipeline "
+                                    f"{module.PIPELINE}{did_you_mean(name, layout)}")
+            _, _, word, count, is_array = layout[name]
+            values = value if is_array else [value]
+            if is_array and (not isinstance(value, list) or len(value) > count):
+                raise WorkloadError(f"request {i}: '{name}' takes a list of at most {count} values")
+            for v in values:
+                try:
+                    coerce(v, word)
+                except (TypeError, ValueError) as exc:
+                    raise WorkloadError(f"request {i}: '{name}': {exc}") from None
+    for name in params:
+        if name not in module.Params.TYPES:
+            from .diagnostics import did_you_mean
+
+            raise WorkloadError(f"params: '{name}' is not a launch parameter of pipeline "
+                                f"{module.PIPELINE}{did_you_mean(name, module.Params.TYPES)}")
 
 
 def load(path: str | Path, module) -> Workload:
