@@ -38,7 +38,15 @@ struct XlControl {
     int32_t parity;  // which of the two active lists is this round's
     int32_t reserved;
     unsigned long long barrier_count;  // barriers passed (for the cost measurement)
+    unsigned long long* round_end_ns;  // device clock (%globaltimer) when each round ended; [0]: start
+    int32_t round_end_cap;
 };
+
+__device__ __forceinline__ unsigned long long xl_clock_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 // What one warp is doing: for the hang report.
 struct XlWhere {
@@ -95,7 +103,7 @@ __device__ __forceinline__ void xl_copy_words(uint32_t* dst, const uint32_t* src
 // order, and appends newly admitted ones from the queue: `next` stays sorted by
 // request id. A block-wide prefix sum gives each kept request its new position.
 __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, const int32_t* active, int32_t* next,
-                                     const int8_t* keep, int32_t n_active, bool new_round, XlSink sink,
+                                     int8_t* keep, int32_t n_active, bool new_round, XlSink sink,
                                      const volatile int32_t* host_flags) {
     __shared__ int32_t warp_offsets[32];
     __shared__ int32_t chunk_total;
@@ -133,9 +141,13 @@ __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, con
     if (admit < 0) admit = 0;
     for (int32_t j = (int32_t)threadIdx.x; j < admit; j += (int32_t)blockDim.x) next[kept + j] = head + j;
     __syncthreads();
+    // Every request starts the next round alive (the step kernels skip dead ones).
+    for (int32_t j = (int32_t)threadIdx.x; j < kept + admit; j += (int32_t)blockDim.x) keep[j] = 1;
+    __syncthreads();
     if (threadIdx.x == 0) {
         const int32_t total = kept + admit;
         const int32_t round = new_round ? ctl->round + 1 : ctl->round;
+        if (ctl->round_end_ns != nullptr && round < ctl->round_end_cap) ctl->round_end_ns[round] = xl_clock_ns();
         ctl->queue_head = head + admit;
         ctl->n_active = total;
         ctl->round = round;
@@ -296,4 +308,155 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
         __syncwarp();
         xl_copy_words(global_words, slot, lane);
     }
+}
+
+// ---- baselines: the conventional host-driven decode loop, from the same stage code ------------
+//
+// One kernel per per-request stage, launched by the host for every round (then
+// the arbiters, the retire checks and admission), with a host sync and a read
+// of `finished` after each round; or the same launches captured once as a CUDA
+// graph and replayed. The work is the mega-kernel's, so their traces equal the
+// simulator's too.
+
+#define XL_STEP_PARAMS Request* reqs, Shared* sh, const Params* params, XlControl* ctl, int32_t* active_lists, \
+    int8_t* keep, uint32_t* records, unsigned long long capacity, unsigned long long* count, int32_t list_len, \
+    int32_t n_requests, int32_t max_active, int32_t max_rounds
+
+extern "C" __global__ void xl_step_begin(XL_STEP_PARAMS) {
+    const XlLaunch launch = {n_requests, max_active, max_rounds, 0};
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t dummy_flag = 0;
+    xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, &dummy_flag);
+}
+
+extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.xl:7
+    extern __shared__ uint32_t xl_smem[];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
+    Request& r = *reinterpret_cast<Request*>(slot);
+    const Params p = *params;
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        if (!keep[i]) continue;  // failed in an earlier stage this round
+        const int32_t id = active[i];
+        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
+        xl_copy_words(slot, global_words, lane);
+        const bool alive = run_stage_prefill(r, *sh, p, id, round, sink, lane == 0);
+        __syncwarp();
+        xl_copy_words(global_words, slot, lane);
+        if (!alive && lane == 0) keep[i] = 0;
+    }
+}
+
+extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl:8
+    extern __shared__ uint32_t xl_smem[];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
+    Request& r = *reinterpret_cast<Request*>(slot);
+    const Params p = *params;
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        if (!keep[i]) continue;  // failed in an earlier stage this round
+        const int32_t id = active[i];
+        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
+        xl_copy_words(slot, global_words, lane);
+        const bool alive = run_stage_decode(r, *sh, p, id, round, sink, lane == 0);
+        __syncwarp();
+        xl_copy_words(global_words, slot, lane);
+        if (!alive && lane == 0) keep[i] = 0;
+    }
+}
+
+extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/verify.xl:7
+    extern __shared__ uint32_t xl_smem[];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
+    Request& r = *reinterpret_cast<Request*>(slot);
+    const Params p = *params;
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        if (!keep[i]) continue;  // failed in an earlier stage this round
+        const int32_t id = active[i];
+        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
+        xl_copy_words(slot, global_words, lane);
+        const bool alive = run_stage_spec_verify(r, *sh, p, id, round, sink, lane == 0);
+        __syncwarp();
+        xl_copy_words(global_words, slot, lane);
+        if (!alive && lane == 0) keep[i] = 0;
+    }
+}
+
+extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl:6
+    extern __shared__ uint32_t xl_smem[];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
+    Request& r = *reinterpret_cast<Request*>(slot);
+    const Params p = *params;
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        if (!keep[i]) continue;  // failed in an earlier stage this round
+        const int32_t id = active[i];
+        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
+        xl_copy_words(slot, global_words, lane);
+        const bool alive = run_stage_commit(r, *sh, p, id, round, sink, lane == 0);
+        __syncwarp();
+        xl_copy_words(global_words, slot, lane);
+        if (!alive && lane == 0) keep[i] = 0;
+    }
+}
+
+extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const Params p = *params;
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    for (int a = 0; a < XL_NUM_ARBITERS; ++a)
+        for (int32_t i = 0; i < n_active; ++i)
+            if (keep[i] && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink)) keep[i] = 0;
+}
+
+extern "C" __global__ void xl_step_retire(XL_STEP_PARAMS) {
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const Params p = *params;
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    const int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n_active && keep[i]) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+}
+
+extern "C" __global__ void xl_step_admit(XL_STEP_PARAMS) {
+    const XlLaunch launch = {n_requests, max_active, max_rounds, 0};
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t dummy_flag = 0;
+    const int32_t n_active = ctl->n_active;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    int32_t* next = active_lists + (ctl->parity ? 0 : list_len);
+    xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, &dummy_flag);
 }

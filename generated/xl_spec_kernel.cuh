@@ -392,18 +392,18 @@ XL_DEVICE void xl_emit_error(XlSink sink, int32_t req_id, int32_t round, uint32_
     xl_emit(sink, (uint32_t)req_id, (uint32_t)round, XL_KIND_ERROR, stage, values, 2);
 }
 
-// Phase 1: one request's per-request stages in declared order. On the GPU all
-// lanes of the request's warp call this; `writer` (lane 0) writes the records.
-// Returns false when the request failed (its error record is written).
-XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
-                                  XlSink sink, bool writer) {
+// stages/prefill.xl:7: run stage prefill for one request if its guard holds, and
+// trace it. On the GPU all lanes of the request's warp call this; `writer`
+// (lane 0) writes the records. Returns false when the request failed (its
+// error record is written).
+XL_DEVICE bool run_stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
+                                      XlSink sink, bool writer) {
     XlErr err = {0, 0, 0};
-    uint32_t w[XL_RECORD_WORDS];
-    (void)w;
     // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_prefill(err, r, sh, p, req_id) && !err.code) {  // stages/prefill.xl:7
+    if (guard_prefill(err, r, sh, p, req_id) && !err.code) {
         err = stage_prefill(r, sh, p, req_id);
         if (!err.code && writer) {
+            uint32_t w[XL_RECORD_WORDS];
             trace_prefill(w, r);
             xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 0u, 0u, w, 6);
         }
@@ -412,18 +412,39 @@ XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p,
         if (writer) xl_emit_error(sink, req_id, round, 0u, err);
         return false;
     }
+    return true;
+}
+
+// stages/decode.xl:8: run stage decode for one request if its guard holds, and
+// trace it. On the GPU all lanes of the request's warp call this; `writer`
+// (lane 0) writes the records. Returns false when the request failed (its
+// error record is written).
+XL_DEVICE bool run_stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
+                                      XlSink sink, bool writer) {
+    XlErr err = {0, 0, 0};
     // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_decode(err, r, sh, p, req_id) && !err.code) {  // stages/decode.xl:8
+    if (guard_decode(err, r, sh, p, req_id) && !err.code) {
         err = stage_decode(r, sh, p, req_id);
     }
     if (err.code) {
         if (writer) xl_emit_error(sink, req_id, round, 1u, err);
         return false;
     }
+    return true;
+}
+
+// stages/verify.xl:7: run stage spec_verify for one request if its guard holds, and
+// trace it. On the GPU all lanes of the request's warp call this; `writer`
+// (lane 0) writes the records. Returns false when the request failed (its
+// error record is written).
+XL_DEVICE bool run_stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
+                                      XlSink sink, bool writer) {
+    XlErr err = {0, 0, 0};
     // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_spec_verify(err, r, sh, p, req_id) && !err.code) {  // stages/verify.xl:7
+    if (guard_spec_verify(err, r, sh, p, req_id) && !err.code) {
         err = stage_spec_verify(r, sh, p, req_id);
         if (!err.code && writer) {
+            uint32_t w[XL_RECORD_WORDS];
             trace_spec_verify(w, r);
             xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 1u, 2u, w, 3);
         }
@@ -432,10 +453,21 @@ XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p,
         if (writer) xl_emit_error(sink, req_id, round, 2u, err);
         return false;
     }
+    return true;
+}
+
+// stages/commit.xl:6: run stage commit for one request if its guard holds, and
+// trace it. On the GPU all lanes of the request's warp call this; `writer`
+// (lane 0) writes the records. Returns false when the request failed (its
+// error record is written).
+XL_DEVICE bool run_stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
+                                      XlSink sink, bool writer) {
+    XlErr err = {0, 0, 0};
     // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_commit(err, r, sh, p, req_id) && !err.code) {  // stages/commit.xl:6
+    if (guard_commit(err, r, sh, p, req_id) && !err.code) {
         err = stage_commit(r, sh, p, req_id);
         if (!err.code && writer) {
+            uint32_t w[XL_RECORD_WORDS];
             trace_commit(w, r);
             xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 2u, 3u, w, 4);
         }
@@ -444,6 +476,16 @@ XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p,
         if (writer) xl_emit_error(sink, req_id, round, 3u, err);
         return false;
     }
+    return true;
+}
+
+// Phase 1: one request's per-request stages in declared order.
+XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
+                                  XlSink sink, bool writer) {
+    if (!run_stage_prefill(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage_decode(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage_spec_verify(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage_commit(r, sh, p, req_id, round, sink, writer)) return false;
     return true;
 }
 

@@ -61,7 +61,7 @@ def test_generated_code_names_its_source_and_marks_stage_lines():
 def test_generated_cuda_compiles_warning_free_with_nvcc(tmp_path):
     source = ROOT / "generated" / "xl_spec_gpu.cu"
     proc = subprocess.run(
-        ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--fmad=false", "-Werror", "all-warnings",
+        ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "-Werror", "all-warnings",
          f"-I{runtime_dir()}", f"-I{ROOT / 'generated'}", str(source), "-o", str(tmp_path / "k.o")],
         capture_output=True, text=True,
     )
@@ -73,7 +73,7 @@ def test_generated_cuda_compiles_warning_free_with_nvcc(tmp_path):
 def test_every_example_program_compiles_for_the_gpu(path, tmp_path):
     compiled = load(path)
     proc = subprocess.run(
-        ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--fmad=false", "-Werror", "all-warnings",
+        ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "-Werror", "all-warnings",
          f"-I{runtime_dir()}", f"-I{compiled.dir}", str(compiled.dir / f"{compiled.name}_gpu.cu"),
          "-o", str(tmp_path / "k.o")],
         capture_output=True, text=True,

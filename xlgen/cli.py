@@ -357,5 +357,33 @@ def demo(workload_name, out_dir, use_gpu):
     sys.exit(0 if run_demo(out_dir, workload_name, use_gpu) else 1)
 
 
+@main.command(epilog="""\b
+Examples:
+  xlgen bench stages/xl_spec.xl -w mixed
+  xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--repeats", type=int, default=5, show_default=True, help="Timed runs per variant (after a warm-up).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
+@click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
+@_friendly
+def bench(file, workload_name, count, max_active, repeats, json_path, md_path):
+    """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU)."""
+    from .bench import run_bench, save
+    from .runtime import gpu
+
+    if not gpu.available():
+        raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
+    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    report = run_bench(compiled, workload, repeats=repeats)
+    click.echo(report.table())
+    if json_path:
+        save(report, json_path)
+    if md_path:
+        md_path.write_text(report.markdown() + "\n")
+    sys.exit(0 if all(v.identical for v in report.variants) else 1)
+
+
 def run():  # pragma: no cover - console entry for `python -m xlgen`
     main()

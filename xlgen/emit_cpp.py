@@ -42,7 +42,7 @@ class CppEmitter:
     def expr_Const(self, e: ir.Const) -> str:
         if e.name is not None:
             if isinstance(e.type, ir.EnumType):
-                return f"{e.type.name}::{e.name}"
+                return f"{names.cpp(e.type.name)}::{names.cpp(e.name)}"
             if e.name in self.program.consts:
                 return names.cpp(e.name)
         return cpp_ops.literal(e.value, e.type)
@@ -84,7 +84,8 @@ class CppEmitter:
         args = []
         for a in e.args:
             code = self.expr(a)
-            if isinstance(a.type, ir.ArrayType):
+            if isinstance(a.type, ir.ArrayType) and e.builtin:
+                # builtins take `T[]` (pointer, length); helpers take `const T (&)[N]`, whose type holds the length
                 args.append(f"{code}, {a.type.length}")
             else:
                 args.append(code)
@@ -111,7 +112,9 @@ class CppEmitter:
     def stmt_Let(self, s: ir.Let, depth):
         pad = IND * depth
         value = self.statement_expr(s.value, s.loc.line)
-        decl = f"{pad}{cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
+        # [[maybe_unused]]: a local that is never read is valid xl (a warning there), and must not
+        # fail the -Werror CPU build with -Wunused-variable / -Wunused-but-set-variable
+        decl = f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
         if may_raise(s.value):
             return [decl, f"{pad}if (err.code) {self.bail}"]
         return [decl]
@@ -258,8 +261,9 @@ class CppEmitter:
             "consts": [(cpp_ops.value_type(c.type), names.cpp(n), cpp_ops.literal(c.value, c.type))
                        for n, c in p.consts.items()],
             "enums": [
-                {"name": t.name, "ctype": cpp_ops.value_type(t), "is_flags": t.is_flags,
-                 "members": [(m, cpp_ops.literal((1 << i) if t.is_flags else i, t)) for i, m in enumerate(t.members)]}
+                {"name": names.cpp(t.name), "ctype": cpp_ops.value_type(t), "is_flags": t.is_flags,
+                 "members": [(names.cpp(m), cpp_ops.literal((1 << i) if t.is_flags else i, t))
+                             for i, m in enumerate(t.members)]}
                 for t in p.enums
             ],
             "params": [(cpp_ops.storage_type(x.type), names.cpp(x.name)) for x in p.params],

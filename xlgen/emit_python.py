@@ -25,7 +25,7 @@ class PyEmitter:
     def expr_Const(self, e: ir.Const) -> str:
         if e.name is not None:
             if isinstance(e.type, ir.EnumType):
-                return f"{e.type.name}.{e.name}"
+                return f"{names.py(e.type.name)}.{names.py(e.name)}"
             if e.name in self.program.consts:
                 return names.py(e.name)
         return py_ops.literal(e.value, e.type)
@@ -171,7 +171,8 @@ class PyEmitter:
             "program": p,
             "consts": [(names.py(n), self.expr_Const(ir.Const(c.value, c.type))) for n, c in p.consts.items()],
             "enums": [
-                {"name": t.name, "members": [(m, (1 << i) if t.is_flags else i) for i, m in enumerate(t.members)]}
+                {"name": names.py(t.name),
+                 "members": [(names.py(m), (1 << i) if t.is_flags else i) for i, m in enumerate(t.members)]}
                 for t in p.enums
             ],
             "params": [(names.py(x.name), x.name, py_ops.literal(x.default, x.type), x.type.name) for x in p.params],

@@ -7,6 +7,9 @@ prefixing a clashing name with `xl_` always yields a fresh identifier.
 from __future__ import annotations
 
 import keyword
+import re
+
+from .runtime import ops
 
 # Names the generated code uses for itself, in both backends.
 INTERNAL = {"r", "sh", "p", "err", "req_id", "math", "np", "self"}
@@ -25,9 +28,50 @@ min max abs fabsf sqrtf printf
 PY_RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | {"int", "float", "bool", "range", "len", "list", "abs", "min", "max", "print"}
 
 
+# Found by differential fuzzing (xlgen/fuzzgen.py): besides keywords, a user name
+# must not collide with what the generated code names for itself, nor with a
+# macro of the headers it includes (a const `NAN`, `M_PI` or `INT32_MAX`
+# becomes a number before the C++ compiler sees it), nor, in the simulator, with
+# what its module imports (a local `check_index` shadows the index check).
+# Names the generated code defines next to the user's: structs, round helpers,
+# function prefixes (a const `stage_s` next to stage `s`), the runtime's own
+# XL_* macros and Xl* types, and CUDA's built-in variables and functions.
+CPP_GENERATED = {
+    "Params", "Request", "Shared", "XlErr", "XlSink", "XlLaunch", "XlControl", "is_done", "run_request_stages",
+    "run_arbiter", "arbiter_stage_index", "retire_check", "std",
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "atomicCAS", "atomicExch",
+    "atomicMin", "atomicMax", "clock64",
+}
+CPP_PREFIXES = ("fn_", "stage_", "guard_", "trace_", "XL_", "Xl")
+# Macros of <stdint.h>, <math.h>, <string.h>, <stdlib.h> (via <vector>) that are valid
+# xl names: listed, or matched by the families below.
+C_MACROS = set("""
+NAN INFINITY MAXFLOAT NULL EOF RAND_MAX MB_CUR_MAX EXIT_FAILURE EXIT_SUCCESS BIG_ENDIAN LITTLE_ENDIAN PDP_ENDIAN
+BYTE_ORDER FD_CLR FD_ISSET FD_SET FD_SETSIZE FD_ZERO NFDBITS WCONTINUED WEXITED WEXITSTATUS WIFCONTINUED WIFEXITED
+WIFSIGNALED WIFSTOPPED WNOHANG WNOWAIT WSTOPPED WSTOPSIG WTERMSIG WUNTRACED alloca issubnormal math_errhandling
+strdupa strndupa errno assert offsetof stdin stdout stderr
+be16toh be32toh be64toh htobe16 htobe32 htobe64 htole16 htole32 htole64 le16toh le32toh le64toh
+""".split())
+_C_MACRO_FAMILIES = re.compile(
+    r"M_\w+|U?INT\w*_(MAX|MIN|WIDTH|C)|(PTRDIFF|SIG_ATOMIC|SIZE|WCHAR|WINT)_(MAX|MIN|WIDTH)"
+    r"|FP_\w+|HUGE_VAL\w*|SNAN\w*|MATH_ERR\w+"
+)
+# What a generated simulator module imports or defines (it star-imports xlgen.runtime.ops).
+PY_GENERATED = {n for n in dir(ops) if not n.startswith("_")} | {
+    "Params", "Request", "Shared", "STAGES", "TRACES", "PIPELINE", "SOURCE", "REQUEST_LAYOUT", "SHARED_LAYOUT",
+    "init_request", "init_shared", "is_done",
+}
+PY_PREFIXES = ("fn_", "stage_", "guard_", "trace_", "b_")
+
+
 def cpp(name: str) -> str:
-    return "xl_" + name if name in CPP_KEYWORDS or name in INTERNAL or name.startswith("__") else name
+    clash = (name in CPP_KEYWORDS or name in INTERNAL or name in CPP_GENERATED or name in C_MACROS
+             or name.startswith(CPP_PREFIXES) or _C_MACRO_FAMILIES.fullmatch(name) is not None
+             or "__" in name or (name[:1] == "_" and name[1:2].isupper()))  # reserved in C++
+    return "xl_" + name if clash else name
 
 
 def py(name: str) -> str:
-    return "xl_" + name if name in PY_RESERVED or name in INTERNAL or name.startswith("__") else name
+    clash = (name in PY_RESERVED or name in INTERNAL or name in PY_GENERATED or name.startswith(PY_PREFIXES)
+             or name.startswith("__"))
+    return "xl_" + name if clash else name

@@ -69,22 +69,69 @@ def _xl_line_for(path: str, line: int) -> str:
     return ""
 
 
-def compile_module(compiled):
+# Binary32 exactly as docs/semantics.md: no FMA contraction, subnormals kept, correctly
+# rounded division and square root. CuPy's own compile path (RawModule) always appends
+# -ftz=true, which flushes subnormals (fuzzing found a flushed 1e-45 flipping a guard),
+# so xlgen calls NVRTC itself with exactly these options and loads the cubin.
+NVRTC_OPTIONS = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true",
+                 "-default-device")
+
+
+class CompiledModule:
+    """A loaded cubin: get(name) returns a launchable cupy Function."""
+
+    def __init__(self, cubin: bytes):
+        import cupy
+
+        self.module = cupy.cuda.function.Module()
+        self.module.load(cubin)
+        self._functions = {}
+
+    def get_function(self, name: str):
+        if name not in self._functions:
+            self._functions[name] = self.module.get_function(name)
+        return self._functions[name]
+
+
+def nvrtc_compile(source: str, name: str, options: tuple[str, ...]) -> bytes:
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError:
+            raise GpuError(_explain_compile_error(nvrtc.getProgramLog(prog))) from None
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_module(compiled) -> CompiledModule:
+    """Compile NAME_gpu.cu for this device, cached by content hash (in memory and as a cubin)."""
     import cupy
 
-    key = hashlib.sha256(single_source(compiled).encode()).hexdigest()
+    cc = cupy.cuda.Device().compute_capability
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",)
+    source = single_source(compiled)
+    key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
         return _MODULES[key]
-    cc = cupy.cuda.Device().compute_capability
-    options = ("-std=c++17", "--fmad=false", f"-arch=sm_{cc}", "-default-device")
-    try:
-        module = cupy.RawModule(code=single_source(compiled), options=options, enable_cooperative_groups=True)
-        module.get_function("xl_run_deterministic")
-        module.get_function("xl_run_fast")
-    except cupy.cuda.compiler.CompileException as exc:
-        raise GpuError(_explain_compile_error(str(exc))) from None
-    _MODULES[key] = module
-    return module
+    cubin_path = compiled.dir / f"{compiled.name}_gpu_{key}.cubin"
+    if cubin_path.exists():
+        cubin = cubin_path.read_bytes()
+    else:
+        cubin = nvrtc_compile(source, f"{compiled.name}_gpu.cu", options)
+        cubin_path.write_bytes(cubin)
+    _MODULES[key] = CompiledModule(cubin)
+    return _MODULES[key]
+
+
+def _set_dynamic_shared(function, nbytes: int) -> None:
+    if nbytes > 48 * 1024:
+        from cupy.cuda import driver
+
+        driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
 
 def _explain_compile_error(log: str) -> str:
@@ -124,10 +171,12 @@ class _MappedFlags:
 
 @dataclass
 class GpuTiming:
-    kernel_ms: float
+    kernel_ms: float  # device time between events around the whole run
     grid: int
     threads: int
     barriers: int
+    wall_ms: float = 0.0  # host time from the first launch until the host saw completion
+    launches: int = 1  # kernel (or graph) launches the host made
 
 
 def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
@@ -137,19 +186,28 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     try:
-        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, THREADS_PER_BLOCK,
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, THREADS_PER_BLOCK,
                                                                               shared_bytes)
     except Exception:
         per_sm = 4
     fit = max(1, sms * max(1, per_sm))
     wanted = -(-useful_warps // (THREADS_PER_BLOCK // 32))
-    return max(1, min(fit, max(wanted, sms)))
+    return max(1, min(fit, wanted))
+
+
+MODES = ("deterministic", "fast", "host-loop", "graph")
 
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
         mode: str = "deterministic", timeout: float = 120.0, grid: int | None = None) -> RunResult:
+    """Run a pipeline on the GPU. Modes: the persistent mega-kernel (`deterministic`,
+    `fast`), or the baselines built from the same stage code: `host-loop` (a kernel
+    per stage per round, host sync and flag read-back each round) and `graph`
+    (one round captured as a CUDA graph, replayed until done)."""
     import cupy
 
+    if mode not in MODES:
+        raise ValueError(f"unknown mode '{mode}' ({', '.join(MODES)})")
     module = compiled.sim_module()
     config = config or LaunchConfig()
     p = params if isinstance(params, module.Params) else make_params(module, params)
@@ -162,11 +220,11 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     packed = params_array(module, p) if module.Params.TYPES else np.zeros(1, dtype=np.uint32)
 
     cu = compile_module(compiled)
-    kernel = cu.get_function("xl_run_deterministic" if mode == "deterministic" else "xl_run_fast")
+    persistent = mode in ("deterministic", "fast")
+    kernel = cu.get_function({"deterministic": "xl_run_deterministic", "fast": "xl_run_fast"}.get(mode, "xl_step_begin"))
     shared_bytes = (THREADS_PER_BLOCK // 32) * req_dtype.itemsize
-    if shared_bytes > 48 * 1024:
-        kernel.max_dynamic_shared_size_bytes = shared_bytes
-    blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode == "deterministic" else n)
+    _set_dynamic_shared(kernel, shared_bytes)
+    blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode != "fast" else n)
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     flags = _MappedFlags()
@@ -175,46 +233,131 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             # Everything is allocated and zeroed on the kernel's own stream: a
             # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
             with stream:
-                d_reqs = cupy.asarray(reqs_host.view(np.uint32))
-                d_shared = cupy.asarray(shared_host.view(np.uint32))
-                d_params = cupy.asarray(packed.view(np.uint32))
-                d_ctl = cupy.zeros(16, dtype=np.uint32)
-                list_len = max(1, min(config.max_active, n))
-                d_active = cupy.zeros(2 * list_len, dtype=np.int32)  # this round's and the next round's lists
-                d_keep = cupy.zeros(list_len, dtype=np.int8)
-                d_records = cupy.zeros((capacity, width), dtype=np.uint32)
-                d_count = cupy.zeros(1, dtype=np.uint64)
-                d_where = cupy.full((blocks * THREADS_PER_BLOCK // 32, 4), -1, dtype=np.int32)
+                d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks)
                 stream.synchronize()
-                flags.view[:] = 0
-                start.record(stream)
-                kernel((blocks,), (THREADS_PER_BLOCK,),
-                       (d_reqs, d_shared, d_params, np.int32(n), np.int32(config.max_active),
-                        np.int32(config.max_rounds), d_ctl, d_active, d_keep, d_records,
-                        np.uint64(capacity), d_count, np.uint64(flags.device_ptr), d_where),
-                       shared_mem=shared_bytes)
-                end.record(stream)
-            _wait(end, timeout, flags, d_where, d_ctl, compiled, stream)
-            count = int(d_count.get(stream=stream)[0])
+            flags.view[:] = 0
+            if persistent:
+                timing = _launch_persistent(cupy, kernel, d, blocks, shared_bytes, n, config, capacity, flags,
+                                            stream, timeout, compiled)
+            else:
+                timing = _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream,
+                                          timeout, use_graph=mode == "graph")
+            count = int(d.count.get(stream=stream)[0])
             if count <= capacity:
                 break
             capacity = count
-        kernel_ms = cupy.cuda.get_elapsed_time(start, end)
-        ctl = d_ctl.get()
-        table = d_records[:count].get()
+        ctl = d.ctl.get()
+        table = d.records[:count].get()
         order = np.argsort(table[:, 0], kind="stable")
-        reqs_out = d_reqs.get().view(req_dtype).reshape(n)
-        shared_out = d_shared.get().view(shared_dtype).reshape(1)
+        reqs_out = d.reqs.get().view(req_dtype).reshape(n)
+        shared_out = d.shared.get().view(shared_dtype).reshape(1)
         rounds = int(ctl.view(np.int32)[4])
-        barriers = int(ctl[10]) | (int(ctl[11]) << 32)
+        timing.barriers = int(ctl[10]) | (int(ctl[11]) << 32)
+        stamps = d.round_end_ns[: min(rounds + 1, d.round_cap)].get()
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
                        backend=f"gpu-{mode}")
-    result.extra["timing"] = GpuTiming(kernel_ms, blocks, THREADS_PER_BLOCK, barriers)
+    result.extra["timing"] = timing
+    # Device time at which round k ended, relative to the start (index 0): traces
+    # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
+    result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps
     return result
+
+
+class _Buffers:
+    """The device buffers of one run (allocated on the current stream)."""
+
+    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks):
+        self.reqs = cupy.asarray(reqs_host.view(np.uint32))
+        self.shared = cupy.asarray(shared_host.view(np.uint32))
+        self.params = cupy.asarray(packed.view(np.uint32))
+        # XlControl: 12 words of counters, then the round_end_ns pointer and its capacity.
+        self.round_cap = max(2, min(config.max_rounds + 1, 1 << 20))
+        self.round_end_ns = cupy.zeros(self.round_cap, dtype=np.uint64)
+        ctl = np.zeros(16, dtype=np.uint32)
+        ctl[12:14] = np.array([self.round_end_ns.data.ptr], dtype=np.uint64).view(np.uint32)
+        ctl[14] = self.round_cap
+        self.ctl = cupy.asarray(ctl)
+        self.list_len = max(1, min(config.max_active, n))
+        self.active = cupy.zeros(2 * self.list_len, dtype=np.int32)  # this round's and the next round's lists
+        self.keep = cupy.zeros(self.list_len, dtype=np.int8)
+        self.records = cupy.zeros((capacity, width), dtype=np.uint32)
+        self.count = cupy.zeros(1, dtype=np.uint64)
+        self.where = cupy.full((blocks * THREADS_PER_BLOCK // 32, 4), -1, dtype=np.int32)
+
+
+def _launch_persistent(cupy, kernel, d, blocks, shared_bytes, n, config, capacity, flags, stream, timeout, compiled):
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    t0 = time.perf_counter()
+    with stream:
+        start.record(stream)
+        kernel((blocks,), (THREADS_PER_BLOCK,),
+               (d.reqs, d.shared, d.params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds),
+                d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count, np.uint64(flags.device_ptr),
+                d.where),
+               shared_mem=shared_bytes, enable_cooperative_groups=True)  # every block resident: grid barriers
+        end.record(stream)
+    _wait(end, timeout, flags, d.where, d.ctl, compiled, stream)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    return GpuTiming(cupy.cuda.get_elapsed_time(start, end), blocks, THREADS_PER_BLOCK, 0, wall_ms=wall_ms,
+                     launches=1)
+
+
+def _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream, timeout, use_graph):
+    """The conventional loop: each round, one launch per stage, then arbiters, retire
+    and admit; then the host syncs and reads the `finished` flag back."""
+    program = compiled.program
+    args = (d.reqs, d.shared, d.params, d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count,
+            np.int32(d.list_len), np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds))
+    stage_kernels = [cu.get_function(f"xl_step_{s.name}") for s in program.per_request_stages]
+    for k in stage_kernels:
+        _set_dynamic_shared(k, shared_bytes)
+    arbiters = cu.get_function("xl_step_arbiters") if program.arbiter_stages else None
+    retire, admit = cu.get_function("xl_step_retire"), cu.get_function("xl_step_admit")
+    retire_blocks = -(-d.list_len // 128)
+
+    def one_round():
+        for k in stage_kernels:
+            k((blocks,), (THREADS_PER_BLOCK,), args, shared_mem=shared_bytes)
+        if arbiters is not None:
+            arbiters((1,), (32,), args)
+        retire((retire_blocks,), (128,), args)
+        admit((1,), (128,), args)
+
+    per_round = len(stage_kernels) + (arbiters is not None) + 2
+    finished = d.ctl[5:7]  # finished, aborted
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    deadline = time.monotonic() + timeout
+    graph = None
+    with stream:
+        if use_graph:
+            stream.begin_capture()
+            one_round()
+            graph = stream.end_capture()
+        t0 = time.perf_counter()
+        start.record(stream)
+        cu.get_function("xl_step_begin")((1,), (128,), args)
+        launches, rounds = 1, 0
+        done = bool(finished.get(stream=stream)[0])  # an empty workload is finished at once
+        while not done:
+            if graph is not None:
+                graph.launch(stream)
+                launches += 1
+            else:
+                one_round()
+                launches += per_round
+            rounds += 1
+            done = bool(finished.get(stream=stream)[0])  # a sync and a read-back per round
+            if not done and time.monotonic() > deadline:
+                raise HangError(f"the {'graph' if use_graph else 'host'} loop did not finish within {timeout:.1f} s "
+                                f"({rounds} rounds)")
+        end.record(stream)
+        end.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+    return GpuTiming(cupy.cuda.get_elapsed_time(start, end), blocks, THREADS_PER_BLOCK, 0, wall_ms=wall_ms,
+                     launches=launches)
 
 
 def _record_words(compiled) -> int:

@@ -39,6 +39,10 @@ class XlRuntimeError(Exception):
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 CANONICAL_NAN_BITS = 0x7FC00000
+# Non-finite f32 constants (a folded `1.0 / 0.0`), by the names py_ops.literal
+# writes into generated simulators, which star-import this module.
+INF = math.inf
+NAN = math.nan
 
 
 def f32(x: float) -> float:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..names import py
 from .ops import CANONICAL_NAN_BITS, ERR_WATCHDOG, XlRuntimeError, f32, wrap_i32
 
 REC_HEADER = 4  # req_id, round, kind, stage
@@ -111,9 +112,11 @@ def make_params(module, overrides: dict | None):
     kwargs = {}
     for name, t in module.Params.TYPES.items():
         if name in overrides:
-            kwargs[name] = overrides.pop(name)
-            word = "f" if t == "f32" else ("u" if t in ("u32", "bool") else "i")
-            kwargs[name] = coerce(kwargs[name], word) if t != "bool" else bool(kwargs[name])
+            value = overrides.pop(name)
+            # as cpu.params_array packs them: only i32 is signed (a flag set's member 31 is bit 31)
+            word = "f" if t == "f32" else ("i" if t == "i32" else "u")
+            # keyed by the attribute name: a param named `pass` is `xl_pass` in Python
+            kwargs[py(name)] = coerce(value, word) if t != "bool" else bool(value)
     if overrides:
         raise KeyError(f"unknown launch parameter(s): {', '.join(sorted(overrides))}")
     return module.Params(**kwargs)

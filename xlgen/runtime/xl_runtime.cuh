@@ -26,8 +26,13 @@ typedef signed char int8_t;
 #define XL_ON_GPU 0
 #endif
 
+#if XL_ON_GPU  // NVRTC has no __builtin_huge_valf / __builtin_nanf
+#define XL_INF (__int_as_float(0x7F800000))
+#define XL_NAN (__int_as_float(0x7FC00000))
+#else
 #define XL_INF (__builtin_huge_valf())
 #define XL_NAN (__builtin_nanf(""))
+#endif
 
 // Runtime error codes (ops.py ERR_*).
 enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4, XL_ERR_BUILTIN = 5, XL_ERR_WATCHDOG = 6 };
@@ -121,9 +126,12 @@ template <typename T>
 XL_HD T xl_clamp(T x, T lo, T hi) { return xl_min(xl_max(x, lo), hi); }
 
 // Checked array index: out of range records INDEX and yields 0, a safe index.
-template <typename I>
-XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, I i, int32_t n) {
-    if ((int64_t)i < 0 || (int64_t)i >= (int64_t)n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
+XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n) {
+    if (i < 0 || i >= n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
+    return i;
+}
+XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n) {  // a u32 index is never negative
+    if (i >= (uint32_t)n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
     return (int32_t)i;
 }
 
@@ -209,14 +217,17 @@ XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const in
                                      const int32_t* b, int32_t blen, int32_t n) {
     if (n < 0 || n > alen || n > blen) { xl_err_set(e, k, XL_ERR_BUILTIN, line); return 0; }
 #if XL_ON_GPU
+    // Every chunk is scanned (no early exit), so the cost is ceil(n/32) ballots
+    // whatever the acceptance rate; the first mismatching chunk gives the answer.
     const int32_t lane = (int32_t)(threadIdx.x & 31u);
+    int32_t first = n;
     for (int32_t base = 0; base < n; base += 32) {
         const int32_t j = base + lane;
         const bool mismatch = j < n && a[j] != b[j];
         const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, mismatch);
-        if (ballot != 0u) return base + __ffs((int)ballot) - 1;
+        if (ballot != 0u && first == n) first = base + __ffs((int)ballot) - 1;
     }
-    return n;
+    return first;
 #else
     for (int32_t j = 0; j < n; ++j)
         if (a[j] != b[j]) return j;

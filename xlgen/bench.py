@@ -1,0 +1,180 @@
+"""`xlgen bench`: the mega-kernel against the baselines generated from the same IR.
+
+Every variant runs the same stage code on the same workload in one process:
+- mega-deterministic / mega-fast: the persistent kernel, one launch;
+- host-loop: one kernel per stage per round, host sync and flag read-back each round;
+- graph: one round captured as a CUDA graph and replayed, host check between replays.
+Variants must commit identical tokens (checked). Times are host wall-clock from
+the first launch to the host seeing completion (what a serving loop waits),
+median over repeats after a warm-up, with min and max.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .diff import compare, compare_results
+from .runtime.sim import RunResult
+
+VARIANTS = ("mega-deterministic", "mega-fast", "host-loop", "graph")
+_MODE = {"mega-deterministic": "deterministic", "mega-fast": "fast", "host-loop": "host-loop", "graph": "graph"}
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    wall_ms_median: float
+    wall_ms_min: float
+    wall_ms_max: float
+    kernel_ms_median: float
+    launches: int
+    rounds: int
+    tokens: int
+    identical: bool  # commits the reference's tokens (and, except fast mode, its traces)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.wall_ms_median / 1e3) if self.wall_ms_median else 0.0
+
+    @property
+    def launches_per_token(self) -> float:
+        return self.launches / self.tokens if self.tokens else 0.0
+
+
+@dataclass
+class BenchReport:
+    workload: str
+    requests: int
+    max_active: int
+    device: str
+    variants: list[VariantResult]
+    metrics: dict = field(default_factory=dict)
+
+    def speedup(self, baseline: str, over: str = "mega-deterministic") -> float:
+        by = {v.variant: v for v in self.variants}
+        return by[baseline].wall_ms_median / by[over].wall_ms_median
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for v, d in zip(self.variants, out["variants"]):
+            d["tokens_per_s"] = v.tokens_per_s
+            d["launches_per_token"] = v.launches_per_token
+        return out
+
+    def table(self) -> str:
+        ref = {v.variant: v for v in self.variants}.get("mega-deterministic")
+        lines = [f"{self.workload}: {self.requests} requests, batch capacity {self.max_active}, {self.device}",
+                 f"{'variant':<19} {'wall ms (min-max)':>22} {'vs mega':>8} {'tokens/s':>11} {'launch/tok':>10} "
+                 f"{'rounds':>6} {'same':>5}"]
+        for v in self.variants:
+            ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
+            lines.append(f"{v.variant:<19} {v.wall_ms_median:>9.3f} ({v.wall_ms_min:.3f}-{v.wall_ms_max:.3f})"
+                         f" {ratio:>7.1f}x {v.tokens_per_s:>11.0f} {v.launches_per_token:>10.4f} {v.rounds:>6} "
+                         f"{'yes' if v.identical else 'NO':>5}")
+        for key, value in self.metrics.items():
+            lines.append(f"  {key}: {value}")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        ref = {v.variant: v for v in self.variants}.get("mega-deterministic")
+        rows = ["| variant | wall ms median (min–max) | × mega-kernel | tokens/s | launches/token | rounds | identical |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for v in self.variants:
+            ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
+            rows.append(f"| {v.variant} | {v.wall_ms_median:.3f} ({v.wall_ms_min:.3f}–{v.wall_ms_max:.3f}) | "
+                        f"{ratio:.1f} | {v.tokens_per_s:,.0f} | {v.launches_per_token:.4f} | {v.rounds} | "
+                        f"{'yes' if v.identical else 'NO'} |")
+        return "\n".join(rows)
+
+
+def latency_metrics(program, result: RunResult) -> dict:
+    """TTFT and inter-token latency from device timestamps: a commit traced in round
+    k happened by the end of round k (round_end_ns[k + 1])."""
+    from .metrics import trace_series
+
+    stamps = result.extra.get("round_end_ns")
+    if stamps is None or len(stamps) < 2:
+        return {}
+    try:
+        commits = trace_series(program, result, "commit", "n_out")
+    except KeyError:
+        return {}
+    ttft, itl = [], []
+    for _req, (rounds, n_out) in commits.items():
+        idx = np.clip(rounds + 1, 0, len(stamps) - 1)
+        times = stamps[idx].astype(np.float64) / 1e3  # µs
+        gained = np.diff(np.concatenate([[0], n_out.astype(np.int64)]))
+        first = np.nonzero(gained > 0)[0]
+        if len(first) == 0:
+            continue
+        ttft.append(times[first[0]])
+        for k in range(first[0] + 1, len(times)):
+            if gained[k] > 0:  # each of the step's tokens waited (t_k - t_prev) / tokens
+                itl.extend([(times[k] - times[k - 1]) / gained[k]] * int(gained[k]))
+    out = {}
+    if ttft:
+        out["ttft_us_p50"] = float(np.percentile(ttft, 50))
+        out["ttft_us_p99"] = float(np.percentile(ttft, 99))
+    if itl:
+        for q in (50, 95, 99):
+            out[f"itl_us_p{q}"] = float(np.percentile(itl, q))
+    return out
+
+
+def speculation_metrics(program, result: RunResult) -> dict:
+    from .metrics import speculation_summary
+
+    try:
+        rows = speculation_summary(program, result)
+    except (KeyError, StopIteration, ValueError):
+        return {}
+    proposed = sum(r.proposed for r in rows)
+    accepted = sum(r.accepted for r in rows)
+    steps = sum(r.steps for r in rows)
+    out = {"acceptance_rate": accepted / proposed if proposed else 0.0,
+           "mean_accepted_length": accepted / steps if steps else 0.0}
+    for r in rows:
+        out[f"mean_block_{r.profile.lower()}"] = r.mean_block
+        out[f"var_block_{r.profile.lower()}"] = r.var_block
+    return out
+
+
+def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
+    import cupy
+
+    from .runtime import gpu
+
+    reference = None
+    results = []
+    for variant in variants:
+        walls, kernels, last = [], [], None
+        for i in range(repeats + 1):
+            last = gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=_MODE[variant],
+                           timeout=timeout)
+            if i > 0:  # the first run is a warm-up (module load, graph capture, allocator)
+                walls.append(last.extra["timing"].wall_ms)
+                kernels.append(last.extra["timing"].kernel_ms)
+        if reference is None:
+            reference = last
+        same = (compare_results(compiled.program, reference, last) if variant == "mega-fast"
+                else compare(compiled.program, reference, last)) is None
+        tokens = int(last.requests["n_out"].sum()) if "n_out" in last.requests.dtype.names else 0
+        results.append(VariantResult(variant, statistics.median(walls), min(walls), max(walls),
+                                     statistics.median(kernels), last.extra["timing"].launches, last.rounds,
+                                     tokens, same))
+    metrics = {}
+    if reference is not None:
+        metrics.update(speculation_metrics(compiled.program, reference))
+        metrics.update(latency_metrics(compiled.program, reference))
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    device = name.decode() if isinstance(name, bytes) else str(name)
+    return BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)
+
+
+def save(report: BenchReport, path) -> None:
+    with open(path, "w") as f:
+        json.dump(report.to_json(), f, indent=2)
