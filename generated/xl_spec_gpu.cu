@@ -65,6 +65,13 @@ __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile X
 // false if the host asked to abort while this block waited.
 __device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags) {
     __shared__ int aborted;
+    if (gridDim.x == 1) {  // a batch that fits in one block needs no grid-wide barrier
+        __syncthreads();
+        if (threadIdx.x == 0) ctl->barrier_count += 1ull;
+        const bool go_on = ((volatile XlControl*)ctl)->aborted == 0;
+        __syncthreads();
+        return go_on;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
         aborted = 0;
@@ -177,7 +184,7 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
     const int warps_per_block = (int)(blockDim.x >> 5);
-    const int gwarp = (int)blockIdx.x * warps_per_block + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * warps_per_block;
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);
@@ -246,7 +253,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     const volatile int32_t* host_flags = host_flags_ptr;
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
-    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);
     const Params p = *params;
@@ -333,7 +340,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
-    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);
@@ -358,7 +365,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
-    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);
@@ -383,7 +390,7 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
-    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);
@@ -408,7 +415,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
-    const int gwarp = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
     Request& r = *reinterpret_cast<Request*>(slot);

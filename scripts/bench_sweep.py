@@ -74,6 +74,25 @@ for pressure in (False, True):
     results["sweeps"].setdefault("kv_pressure_flag", {})[str(pressure)] = point(
         f"KV_PRESSURE flag {pressure}", workload(32, policy="asbs", acceptance=0.9, pressure=pressure))
 
+# What a round of the mega-kernel costs without work: a one-stage counter pipeline
+# at the grid sizes the sweeps use (2 grid barriers per round).
+COUNTER = "pipeline counter\nparam rounds: i32 = 1000\nrequest { n: i32 }\nstage tick { n += 1 }\ndone when n >= rounds\n"
+counter = load_text(COUNTER, "counter.xl")
+round_cost = {}
+for active in (1, 32, 1024):
+    per = {}
+    for rounds in (1000, 3000):
+        times = []
+        for _ in range(4):
+            r = gpu.run(counter, {"rounds": rounds}, [{} for _ in range(active)],
+                        LaunchConfig(max_active=active, max_rounds=10**7))
+            times.append(r.extra["timing"].kernel_ms)
+        per[rounds] = (statistics.median(times[1:]), r.extra["timing"].grid)
+    us = (per[3000][0] - per[1000][0]) * 1e3 / 2000
+    round_cost[active] = {"us_per_round": us, "grid_blocks": per[3000][1]}
+    log(f"empty round, {active} requests: {us:.2f} us per round ({per[3000][1]} blocks, 2 barriers)")
+results["empty_round_us"] = round_cost
+
 # The ballot verify: a pipeline that only verifies, REPS times per request per
 # round, with the first mismatch placed at acceptance * gamma.
 VERIFY = """

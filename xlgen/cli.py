@@ -385,5 +385,37 @@ def bench(file, workload_name, count, max_active, repeats, json_path, md_path):
     sys.exit(0 if all(v.identical for v in report.variants) else 1)
 
 
+@main.command(epilog="""\b
+Examples:
+  xlgen graph stages/xl_spec.xl                 # DOT on stdout
+  xlgen graph stages/xl_spec.xl -o states.png   # a picture (needs Graphviz's `dot`)
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Write here: .dot as text; .png/.svg/.pdf rendered with Graphviz.")
+@_friendly
+def graph(file, out_path):
+    """Draw FILE's stage state machine: states of its state enum, stages as transitions."""
+    import shutil
+    import subprocess
+
+    from .checker import load_program
+    from .graph import to_dot
+
+    program, _ = load_program(file)
+    dot = to_dot(program)
+    if out_path is None:
+        click.echo(dot, nl=False)
+        return
+    if out_path.suffix == ".dot":
+        out_path.write_text(dot)
+    else:
+        if shutil.which("dot") is None:
+            raise click.UsageError("rendering needs Graphviz's `dot` (apt-get install graphviz); "
+                                   "or write a .dot file")
+        subprocess.run(["dot", f"-T{out_path.suffix[1:]}", "-o", str(out_path)], input=dot, text=True, check=True)
+    click.echo(f"wrote {out_path}")
+
+
 def run():  # pragma: no cover - console entry for `python -m xlgen`
     main()

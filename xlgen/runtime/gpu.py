@@ -180,8 +180,10 @@ class GpuTiming:
 
 
 def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
-    """As many blocks as fit on the device at once (the kernel is persistent), but no
-    more than the batch can use: idle blocks only make every grid barrier slower."""
+    """As many blocks as fit on the device at once (the kernel is persistent), at least
+    one per SM (requests are spread over the blocks first, so a small batch gets an SM
+    per request: measured faster than packing 4 per SM, at no cost in barrier time), but
+    no more than the batch can use."""
     import cupy
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
@@ -192,7 +194,7 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
         per_sm = 4
     fit = max(1, sms * max(1, per_sm))
     wanted = -(-useful_warps // (THREADS_PER_BLOCK // 32))
-    return max(1, min(fit, wanted))
+    return max(1, min(fit, max(wanted, sms)))
 
 
 MODES = ("deterministic", "fast", "host-loop", "graph")
@@ -225,6 +227,10 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_bytes = (THREADS_PER_BLOCK // 32) * req_dtype.itemsize
     _set_dynamic_shared(kernel, shared_bytes)
     blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode != "fast" else n)
+    # Measured on an H200 (docs/benchmarks.md): packing a batch of 32 into one block of
+    # 32 warps halves an empty round (no grid barrier) but slows real rounds by ~12%,
+    # since 32 requests then share one SM; so blocks stay at 4 warps.
+    threads = THREADS_PER_BLOCK
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     flags = _MappedFlags()
@@ -234,12 +240,12 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
-                d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks)
+                d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32)
                 stream.synchronize()
             flags.view[:] = 0
             if persistent:
-                timing = _launch_persistent(cupy, kernel, d, blocks, shared_bytes, n, config, capacity, flags,
-                                            stream, timeout, compiled)
+                timing = _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity,
+                                            flags, stream, timeout, compiled)
             else:
                 timing = _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream,
                                           timeout, use_graph=mode == "graph")
@@ -269,7 +275,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
 class _Buffers:
     """The device buffers of one run (allocated on the current stream)."""
 
-    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks):
+    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, warps):
         self.reqs = cupy.asarray(reqs_host.view(np.uint32))
         self.shared = cupy.asarray(shared_host.view(np.uint32))
         self.params = cupy.asarray(packed.view(np.uint32))
@@ -285,15 +291,16 @@ class _Buffers:
         self.keep = cupy.zeros(self.list_len, dtype=np.int8)
         self.records = cupy.zeros((capacity, width), dtype=np.uint32)
         self.count = cupy.zeros(1, dtype=np.uint64)
-        self.where = cupy.full((blocks * THREADS_PER_BLOCK // 32, 4), -1, dtype=np.int32)
+        self.where = cupy.full((warps, 4), -1, dtype=np.int32)
 
 
-def _launch_persistent(cupy, kernel, d, blocks, shared_bytes, n, config, capacity, flags, stream, timeout, compiled):
+def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,
+                       compiled):
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     t0 = time.perf_counter()
     with stream:
         start.record(stream)
-        kernel((blocks,), (THREADS_PER_BLOCK,),
+        kernel((blocks,), (threads,),
                (d.reqs, d.shared, d.params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds),
                 d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count, np.uint64(flags.device_ptr),
                 d.where),
@@ -301,8 +308,7 @@ def _launch_persistent(cupy, kernel, d, blocks, shared_bytes, n, config, capacit
         end.record(stream)
     _wait(end, timeout, flags, d.where, d.ctl, compiled, stream)
     wall_ms = (time.perf_counter() - t0) * 1e3
-    return GpuTiming(cupy.cuda.get_elapsed_time(start, end), blocks, THREADS_PER_BLOCK, 0, wall_ms=wall_ms,
-                     launches=1)
+    return GpuTiming(cupy.cuda.get_elapsed_time(start, end), blocks, threads, 0, wall_ms=wall_ms, launches=1)
 
 
 def _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream, timeout, use_graph):
