@@ -7,6 +7,7 @@ and writes a plot of block-size trajectories.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -41,8 +42,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     steps = n + len(backends) + 1
     agreed = True
     results = {}
-    with click.progressbar(length=steps, label="working", file=click.get_text_stream("stderr"),
-                           show_eta=False) as bar:
+    with click.progressbar(length=steps, label="working", file=sys.stderr, show_eta=False) as bar:
         last = [0]
 
         def progress(done, _total):
