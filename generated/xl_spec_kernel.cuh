@@ -28,6 +28,9 @@ namespace xl_spec {
 
 constexpr int32_t MAX_OUT = 512;
 constexpr int32_t MAX_BLOCK = 128;
+constexpr int32_t MAX_PAGES = 16384;
+constexpr int32_t MAX_REQ_PAGES = 256;
+constexpr int32_t ORPHAN = -2;
 
 namespace ReqState {  // enum
 constexpr int32_t PREFILL_READY = 0;
@@ -49,6 +52,12 @@ constexpr int32_t STRUCTURED = 1;
 constexpr int32_t BURSTY = 2;
 }  // namespace Profile
 
+namespace PageKind {  // enum
+constexpr int32_t FREE = 0;
+constexpr int32_t DRAFT = 1;
+constexpr int32_t COMMITTED = 2;
+}  // namespace PageKind
+
 // Launch-time parameters.
 struct Params {
     int32_t vocab;
@@ -63,6 +72,11 @@ struct Params {
     int32_t kv_pressure_cap;
     int32_t fixed_block;
     int32_t burst_len;
+    uint32_t kv_cache;
+    int32_t page_tokens;
+    int32_t pool_pages;
+    float kv_pressure_threshold;
+    int32_t eviction_policy;
 };
 
 // One request's state (the request descriptor). Layout: xlgen/layout.py.
@@ -91,18 +105,61 @@ struct Request {
     int32_t total_accepted;
     int32_t iterations;
     int32_t last_commit_len;
+    int32_t shared_prefix_len;
+    int32_t kv_pages[256];
+    int32_t kv_gens[256];
+    int32_t kv_held;
+    int32_t kv_borrowed;
+    int32_t kv_want;
+    uint32_t kv_ready;
+    int32_t kv_committed_pages;
+    int32_t kv_draft_pages;
+    int32_t kv_prev_tick;
+    uint32_t kv_forced_pressure;
+    uint32_t kv_oversize;
+    int32_t kv_hits;
+    int32_t kv_misses;
+    int32_t kv_miss_pages;
+    int32_t kv_waits;
+    int32_t kv_snap_live;
+    int32_t kv_snap_committed;
+    int32_t kv_snap_draft;
+    int32_t kv_snap_free;
+    int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 790 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1321 * 4, "Request layout must match xlgen/layout.py");
 
 // State shared by all requests; only arbiter stages write it.
 struct Shared {
-    uint32_t xl_unused;
+    int32_t page_owner[16384];
+    int32_t page_kind[16384];
+    int32_t page_refs[16384];
+    int32_t page_gen[16384];
+    int32_t page_last_use[16384];
+    uint32_t page_pinned[16384];
+    int32_t page_prio[16384];
+    float page_ema[16384];
+    int32_t page_slot[16384];
+    int32_t page_used[16384];
+    int32_t kv_free_stack[16384];
+    int32_t kv_free_top;
+    int32_t kv_fresh;
+    int32_t kv_tick;
+    int32_t kv_last_progress;
+    int32_t kv_live;
+    int32_t kv_committed;
+    int32_t kv_draft;
+    int32_t kv_used_tokens;
+    int32_t kv_evict_prefill;
+    int32_t kv_evict_decode;
+    int32_t kv_evict_recompute;
+    int32_t kv_yields;
 };
-static_assert(sizeof(Shared) == 1 * 4, "Shared layout must match xlgen/layout.py");
+static_assert(sizeof(Shared) == 180236 * 4, "Shared layout must match xlgen/layout.py");
 
 // Trace records: request id, round, kind (trace index, or one of the markers
-// below), stage index, then up to 6 value words.
-constexpr int XL_RECORD_WORDS = 10;
+// below), stage index, then up to 7 value words.
+constexpr int XL_RECORD_WORDS = 11;
 constexpr uint32_t XL_KIND_ERROR = 0xFFFFFFFFu;
 constexpr uint32_t XL_KIND_DONE = 0xFFFFFFFEu;
 constexpr uint32_t XL_NO_STAGE = 0xFFFFFFFFu;
@@ -201,17 +258,43 @@ XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     return xl_clamp(b, 1, MAX_BLOCK);
 }
 
-// stages/prefill.xl:7: stage prefill
+// stages/kv.xl:116
+XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t tokens, int32_t pt) {
+    XlErr err = {0, 0, 0};
+    {
+        const int32_t xl_v = xl_div(err, 1, 117, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
+        if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+        return xl_v;
+    }
+}
+
+// stages/kv.xl:121
+XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t policy, int32_t prio_a, float ema_a, int32_t use_a, int32_t prio_b, float ema_b, int32_t use_b) {
+    (void)xl_caller;
+    (void)p;
+    (void)xl_key;
+    if (policy == 1) {
+        if (prio_a != prio_b) {
+            return (prio_a < prio_b);
+        }
+        if (ema_a != ema_b) {
+            return (ema_a < ema_b);
+        }
+    }
+    return (use_a < use_b);
+}
+
+// stages/prefill.xl:9: stage prefill
 XL_DEVICE bool guard_prefill(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::PREFILL_READY);
+    return ((r.state == ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
-    if (r.graft_source_id >= 0) {
+    if (r.kv_borrowed > 0) {
         XL_WARP_STORE(r.req_flags, (r.req_flags | ReqFlag::GRAFTED));
     }
-    XL_WARP_STORE(r.prefill_tokens, r.prompt_len);
+    XL_WARP_STORE(r.prefill_tokens, xl_max(xl_sub(r.prompt_len, xl_mul(r.kv_borrowed, xl_max(p.page_tokens, 1))), 0));
     XL_WARP_STORE(r.token_limit, xl_clamp(r.max_new_tokens, 0, MAX_OUT));
     {
         const int32_t xl_v = fn_prompt_last_token(err, 1, p, r.seed);
@@ -236,9 +319,9 @@ XL_DEVICE void trace_prefill(uint32_t* w, const Request& r) {
     w[5] = (uint32_t)(r.current_block_size);
 }
 
-// stages/decode.xl:8: stage decode
+// stages/decode.xl:9: stage decode
 XL_DEVICE bool guard_decode(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::DECODE_READY);
+    return ((r.state == ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -252,7 +335,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
         }
         [[maybe_unused]] float agree = fn_agreement(err, 1, p, r.profile, r.base_acceptance, xl_add(r.n_out, j), r.token_limit);
         if (err.code) return err;
-        [[maybe_unused]] int32_t d = xl_b_draft_token(err, 1, 20, r.seed, xl_add(pos, j), prev, p.vocab, agree);
+        [[maybe_unused]] int32_t d = xl_b_draft_token(err, 1, 21, r.seed, xl_add(pos, j), prev, p.vocab, agree);
         if (err.code) return err;
         XL_WARP_STORE(r.draft_tokens[j], d);
         prev = d;
@@ -357,6 +440,433 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
+// stages/kv.xl:133: arbiter kv_manage
+XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    return p.kv_cache;
+}
+
+XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t req_id) {
+    XlErr err = {0, 0, 0};
+    sh.kv_tick = xl_add(sh.kv_tick, 1);
+    [[maybe_unused]] int32_t now = sh.kv_tick;
+    [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
+    [[maybe_unused]] int32_t pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
+    if (r.kv_prev_tick < 0) {
+        r.kv_forced_pressure = ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE);
+    }
+    [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
+    r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
+    [[maybe_unused]] int32_t lost = 0;
+    for (int32_t k = 0; k < 256; ++k) {
+        if (k >= r.kv_held) {
+            break;
+        }
+        [[maybe_unused]] int32_t pg = r.kv_pages[k];
+        const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 152, pg, 16384)] != r.kv_gens[k]);
+        if (err.code) return err;
+        if (xl_c1) {
+            r.kv_pages[k] = -1;
+            lost = xl_add(lost, 1);
+        }
+    }
+    if (lost > 0) {
+        r.kv_misses = xl_add(r.kv_misses, 1);
+        r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
+    } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
+        r.kv_hits = xl_add(r.kv_hits, 1);
+    }
+    [[maybe_unused]] int32_t committed_tok = 0;
+    [[maybe_unused]] int32_t total_tok = 0;
+    if (r.state == ReqState::PREFILL_READY) {
+        [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+        if (err.code) return err;
+        total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
+    } else if (r.state != ReqState::DONE) {
+        committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
+        total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
+    }
+    [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
+    if (err.code) return err;
+    [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
+    if (err.code) return err;
+    if ((tp > MAX_REQ_PAGES) || (tp > pool)) {
+        r.kv_oversize = true;
+    }
+    if (r.kv_oversize) {
+        tp = 0;
+        cp = 0;
+    }
+    r.kv_want = tp;
+    [[maybe_unused]] bool graft_wait = false;
+    if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
+        [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 190, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
+        if (err.code) return err;
+        if (g > 0) {
+            for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
+                if (xl_p >= sh.kv_fresh) {
+                    break;
+                }
+                if ((sh.page_owner[xl_p] == r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
+                    if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
+                        {
+                            const int32_t xl_v = xl_p;
+                            const int32_t xl_i = xl_idx(err, 1, 198, sh.page_slot[xl_p], 256);
+                            if (err.code) return err;
+                            r.kv_pages[xl_i] = xl_v;
+                        }
+                    } else {
+                        graft_wait = true;
+                    }
+                }
+            }
+            [[maybe_unused]] int32_t run = 0;
+            for (int32_t k = 0; k < 256; ++k) {
+                if (k >= g) {
+                    break;
+                }
+                if (((r.kv_pages[k] < 0) || graft_wait) || (run < k)) {
+                    r.kv_pages[k] = -1;
+                } else {
+                    run = xl_add(run, 1);
+                    {
+                        const int32_t xl_v = xl_add(sh.page_refs[xl_idx(err, 1, 213, r.kv_pages[k], 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 213, r.kv_pages[k], 16384);
+                        if (err.code) return err;
+                        sh.page_refs[xl_i] = xl_v;
+                    }
+                    {
+                        const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 214, r.kv_pages[k], 16384)];
+                        const int32_t xl_i = k;
+                        if (err.code) return err;
+                        r.kv_gens[xl_i] = xl_v;
+                    }
+                }
+            }
+            r.kv_borrowed = run;
+            r.kv_held = run;
+        }
+    }
+    for (int32_t k = 0; k < 256; ++k) {
+        if (k >= xl_min(cp, r.kv_held)) {
+            break;
+        }
+        [[maybe_unused]] int32_t pg = r.kv_pages[k];
+        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && (sh.page_kind[xl_idx(err, 1, 228, pg, 16384)] == PageKind::DRAFT);
+        if (err.code) return err;
+        if (xl_c2) {
+            {
+                const int32_t xl_v = PageKind::COMMITTED;
+                const int32_t xl_i = xl_idx(err, 1, 229, pg, 16384);
+                if (err.code) return err;
+                sh.page_kind[xl_i] = xl_v;
+            }
+            sh.kv_draft = xl_sub(sh.kv_draft, 1);
+            sh.kv_committed = xl_add(sh.kv_committed, 1);
+        }
+    }
+    [[maybe_unused]] bool ok = (!graft_wait);
+    for (int32_t k = 0; k < 256; ++k) {
+        if ((k >= tp) || (!ok)) {
+            break;
+        }
+        if ((k < r.kv_held) && (r.kv_pages[k] >= 0)) {
+            continue;
+        }
+        [[maybe_unused]] int32_t pg = -1;
+        if (sh.kv_free_top > 0) {
+            sh.kv_free_top = xl_sub(sh.kv_free_top, 1);
+            {
+                const int32_t xl_v = sh.kv_free_stack[xl_idx(err, 1, 247, sh.kv_free_top, 16384)];
+                if (err.code) return err;
+                pg = xl_v;
+            }
+        } else if (sh.kv_fresh < pool) {
+            pg = sh.kv_fresh;
+            sh.kv_fresh = xl_add(sh.kv_fresh, 1);
+        } else {
+            [[maybe_unused]] int32_t best = -1;
+            for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
+                if (xl_p >= sh.kv_fresh) {
+                    break;
+                }
+                [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
+                if ((((((o >= 0) && (o != req_id)) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
+                    const bool xl_c3 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 259, best, 16384)], sh.page_ema[xl_idx(err, 2, 259, best, 16384)], sh.page_last_use[xl_idx(err, 3, 259, best, 16384)]);
+                    if (err.code) return err;
+                    if (xl_c3) {
+                        best = xl_p;
+                    }
+                }
+            }
+            if (best >= 0) {
+                pg = best;
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 267, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 267, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_gen[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = PageKind::FREE;
+                    const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_kind[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = -1;
+                    const int32_t xl_i = xl_idx(err, 1, 269, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_owner[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = 0;
+                    const int32_t xl_i = xl_idx(err, 1, 270, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_refs[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 271, pg, 16384)]);
+                    if (err.code) return err;
+                    sh.kv_used_tokens = xl_v;
+                }
+                {
+                    const int32_t xl_v = 0;
+                    const int32_t xl_i = xl_idx(err, 1, 272, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_used[xl_i] = xl_v;
+                }
+                sh.kv_committed = xl_sub(sh.kv_committed, 1);
+                sh.kv_live = xl_sub(sh.kv_live, 1);
+                if (r.state == ReqState::PREFILL_READY) {
+                    sh.kv_evict_prefill = xl_add(sh.kv_evict_prefill, 1);
+                } else if (k < cp) {
+                    sh.kv_evict_recompute = xl_add(sh.kv_evict_recompute, 1);
+                } else {
+                    sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
+                }
+            }
+        }
+        if (pg < 0) {
+            ok = false;
+        } else {
+            {
+                const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 287, pg, 16384)], 1);
+                const int32_t xl_i = xl_idx(err, 2, 287, pg, 16384);
+                if (err.code) return err;
+                sh.page_gen[xl_i] = xl_v;
+            }
+            {
+                const int32_t xl_v = req_id;
+                const int32_t xl_i = xl_idx(err, 1, 288, pg, 16384);
+                if (err.code) return err;
+                sh.page_owner[xl_i] = xl_v;
+            }
+            {
+                const int32_t xl_v = 1;
+                const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384);
+                if (err.code) return err;
+                sh.page_refs[xl_i] = xl_v;
+            }
+            {
+                const int32_t xl_v = k;
+                const int32_t xl_i = xl_idx(err, 1, 290, pg, 16384);
+                if (err.code) return err;
+                sh.page_slot[xl_i] = xl_v;
+            }
+            r.kv_pages[k] = pg;
+            {
+                const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 292, pg, 16384)];
+                const int32_t xl_i = k;
+                if (err.code) return err;
+                r.kv_gens[xl_i] = xl_v;
+            }
+            sh.kv_live = xl_add(sh.kv_live, 1);
+            if (k < cp) {
+                {
+                    const int32_t xl_v = PageKind::COMMITTED;
+                    const int32_t xl_i = xl_idx(err, 1, 295, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_kind[xl_i] = xl_v;
+                }
+                sh.kv_committed = xl_add(sh.kv_committed, 1);
+            } else {
+                {
+                    const int32_t xl_v = PageKind::DRAFT;
+                    const int32_t xl_i = xl_idx(err, 1, 298, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_kind[xl_i] = xl_v;
+                }
+                sh.kv_draft = xl_add(sh.kv_draft, 1);
+            }
+            r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
+        }
+    }
+    [[maybe_unused]] int32_t keep = tp;
+    if (!ok) {
+        keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
+        r.kv_waits = xl_add(r.kv_waits, 1);
+        if ((sh.kv_last_progress < r.kv_prev_tick) && (r.kv_held > 0)) {
+            keep = 0;
+            sh.kv_yields = xl_add(sh.kv_yields, 1);
+            sh.kv_last_progress = now;
+            r.kv_misses = xl_add(r.kv_misses, 1);
+        }
+    } else {
+        sh.kv_last_progress = now;
+    }
+    for (int32_t k = 0; k < 256; ++k) {
+        if (k >= r.kv_held) {
+            break;
+        }
+        [[maybe_unused]] int32_t pg = r.kv_pages[k];
+        if ((k >= keep) && (pg >= 0)) {
+            if (k >= r.kv_borrowed) {
+                r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
+            }
+            {
+                const int32_t xl_v = xl_sub(sh.page_refs[xl_idx(err, 1, 329, pg, 16384)], 1);
+                const int32_t xl_i = xl_idx(err, 2, 329, pg, 16384);
+                if (err.code) return err;
+                sh.page_refs[xl_i] = xl_v;
+            }
+            const bool xl_c4 = sh.page_refs[xl_idx(err, 1, 330, pg, 16384)] == 0;
+            if (err.code) return err;
+            if (xl_c4) {
+                const bool xl_c5 = sh.page_kind[xl_idx(err, 1, 331, pg, 16384)] == PageKind::DRAFT;
+                if (err.code) return err;
+                if (xl_c5) {
+                    sh.kv_draft = xl_sub(sh.kv_draft, 1);
+                } else {
+                    sh.kv_committed = xl_sub(sh.kv_committed, 1);
+                }
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 336, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 336, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_gen[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = PageKind::FREE;
+                    const int32_t xl_i = xl_idx(err, 1, 337, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_kind[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = -1;
+                    const int32_t xl_i = xl_idx(err, 1, 338, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_owner[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 339, pg, 16384)]);
+                    if (err.code) return err;
+                    sh.kv_used_tokens = xl_v;
+                }
+                {
+                    const int32_t xl_v = 0;
+                    const int32_t xl_i = xl_idx(err, 1, 340, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_used[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = pg;
+                    const int32_t xl_i = xl_idx(err, 1, 341, sh.kv_free_top, 16384);
+                    if (err.code) return err;
+                    sh.kv_free_stack[xl_i] = xl_v;
+                }
+                sh.kv_free_top = xl_add(sh.kv_free_top, 1);
+                sh.kv_live = xl_sub(sh.kv_live, 1);
+            } else if (k >= r.kv_borrowed) {
+                {
+                    const int32_t xl_v = ORPHAN;
+                    const int32_t xl_i = xl_idx(err, 1, 345, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_owner[xl_i] = xl_v;
+                }
+            }
+            r.kv_pages[k] = -1;
+        }
+    }
+    r.kv_held = xl_min(r.kv_held, keep);
+    r.kv_borrowed = xl_min(r.kv_borrowed, keep);
+    [[maybe_unused]] int32_t own_committed = 0;
+    [[maybe_unused]] int32_t own_draft = 0;
+    for (int32_t k = 0; k < 256; ++k) {
+        if (k >= r.kv_held) {
+            break;
+        }
+        [[maybe_unused]] int32_t pg = r.kv_pages[k];
+        if ((pg >= 0) && (k >= r.kv_borrowed)) {
+            if (ok) {
+                {
+                    const int32_t xl_v = now;
+                    const int32_t xl_i = xl_idx(err, 1, 364, pg, 16384);
+                    if (err.code) return err;
+                    sh.page_last_use[xl_i] = xl_v;
+                }
+            }
+            {
+                const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                const int32_t xl_i = xl_idx(err, 1, 366, pg, 16384);
+                if (err.code) return err;
+                sh.page_pinned[xl_i] = xl_v;
+            }
+            {
+                const int32_t xl_v = r.priority;
+                const int32_t xl_i = xl_idx(err, 1, 367, pg, 16384);
+                if (err.code) return err;
+                sh.page_prio[xl_i] = xl_v;
+            }
+            {
+                const float xl_v = r.ema_acceptance_rate;
+                const int32_t xl_i = xl_idx(err, 1, 368, pg, 16384);
+                if (err.code) return err;
+                sh.page_ema[xl_i] = xl_v;
+            }
+            [[maybe_unused]] int32_t in_page = ((sh.page_kind[xl_idx(err, 1, 369, pg, 16384)] == PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+            if (err.code) return err;
+            {
+                const int32_t xl_v = xl_add(sh.kv_used_tokens, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 370, pg, 16384)]));
+                if (err.code) return err;
+                sh.kv_used_tokens = xl_v;
+            }
+            {
+                const int32_t xl_v = in_page;
+                const int32_t xl_i = xl_idx(err, 1, 371, pg, 16384);
+                if (err.code) return err;
+                sh.page_used[xl_i] = xl_v;
+            }
+            const bool xl_c6 = sh.page_kind[xl_idx(err, 1, 372, pg, 16384)] == PageKind::COMMITTED;
+            if (err.code) return err;
+            if (xl_c6) {
+                own_committed = xl_add(own_committed, 1);
+            } else {
+                own_draft = xl_add(own_draft, 1);
+            }
+        }
+    }
+    r.kv_committed_pages = own_committed;
+    r.kv_draft_pages = own_draft;
+    r.kv_ready = (ok || r.kv_oversize);
+    r.kv_prev_tick = now;
+    r.kv_snap_live = sh.kv_live;
+    r.kv_snap_committed = sh.kv_committed;
+    r.kv_snap_draft = sh.kv_draft;
+    r.kv_snap_free = xl_sub(pool, sh.kv_live);
+    r.kv_snap_used = sh.kv_used_tokens;
+    return err;
+}
+
+XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
+    w[0] = (uint32_t)(r.kv_snap_live);
+    w[1] = (uint32_t)(r.kv_snap_committed);
+    w[2] = (uint32_t)(r.kv_snap_draft);
+    w[3] = (uint32_t)(r.kv_snap_free);
+    w[4] = (uint32_t)(r.kv_snap_used);
+    w[5] = (uint32_t)(r.kv_held);
+    w[6] = (uint32_t)(r.kv_ready);
+}
+
 XL_DEVICE bool is_done(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (r.state == ReqState::DONE);
 }
@@ -392,7 +902,7 @@ XL_DEVICE void xl_emit_error(XlSink sink, int32_t req_id, int32_t round, uint32_
     xl_emit(sink, (uint32_t)req_id, (uint32_t)round, XL_KIND_ERROR, stage, values, 2);
 }
 
-// stages/prefill.xl:7: run stage prefill for one request if its guard holds, and
+// stages/prefill.xl:9: run stage prefill for one request if its guard holds, and
 // trace it. On the GPU all lanes of the request's warp call this; `writer`
 // (lane 0) writes the records. Returns false when the request failed (its
 // error record is written).
@@ -415,7 +925,7 @@ XL_DEVICE bool run_stage_prefill(Request& r, const Shared& sh, const Params& p, 
     return true;
 }
 
-// stages/decode.xl:8: run stage decode for one request if its guard holds, and
+// stages/decode.xl:9: run stage decode for one request if its guard holds, and
 // trace it. On the GPU all lanes of the request's warp call this; `writer`
 // (lane 0) writes the records. Returns false when the request failed (its
 // error record is written).
@@ -497,6 +1007,15 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
+    case 4:  // stages/kv.xl:133
+        if (guard_kv_manage(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
+            err = stage_kv_manage(r, sh, p, req_id);
+            if (!err.code) {
+                trace_kv_manage(w, r);
+                xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 3u, 4u, w, 7);
+            }
+        }
+        break;
     default:
         break;
     }
@@ -507,9 +1026,9 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     return true;
 }
 
-constexpr int XL_NUM_ARBITERS = 0;
+constexpr int XL_NUM_ARBITERS = 1;
 XL_DEVICE int arbiter_stage_index(int i) {
-    const int indices[1] = {-1};
+    const int indices[1] = {4};
     return indices[i];
 }
 

@@ -13,6 +13,9 @@ SOURCE = 'stages/xl_spec.xl'
 
 MAX_OUT = 512
 MAX_BLOCK = 128
+MAX_PAGES = 16384
+MAX_REQ_PAGES = 256
+ORPHAN = -2
 
 
 class ReqState:
@@ -35,13 +38,19 @@ class Profile:
     BURSTY = 2
 
 
+class PageKind:
+    FREE = 0
+    DRAFT = 1
+    COMMITTED = 2
+
+
 class Params:
     """Launch-time parameters; keyword arguments override the defaults."""
 
-    __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'burst_len', )
-    TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'burst_len': 'i32'}
+    __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'burst_len', 'kv_cache', 'page_tokens', 'pool_pages', 'kv_pressure_threshold', 'eviction_policy', )
+    TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'burst_len': 'i32', 'kv_cache': 'bool', 'page_tokens': 'i32', 'pool_pages': 'i32', 'kv_pressure_threshold': 'f32', 'eviction_policy': 'i32'}
 
-    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16):
+    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16, kv_cache=False, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
         self.vocab = vocab
         self.eos_token = eos_token
         self.asbs_alpha = asbs_alpha
@@ -54,19 +63,24 @@ class Params:
         self.kv_pressure_cap = kv_pressure_cap
         self.fixed_block = fixed_block
         self.burst_len = burst_len
+        self.kv_cache = kv_cache
+        self.page_tokens = page_tokens
+        self.pool_pages = pool_pages
+        self.kv_pressure_threshold = kv_pressure_threshold
+        self.eviction_policy = eviction_policy
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', )
+    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
-    __slots__ = ()
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_prefill', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False)]
-SHARED_LAYOUT = []
+REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_prefill', 'kv_evict_prefill', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False)]
 
 
 def init_request(req_id, p):
@@ -96,11 +110,55 @@ def init_request(req_id, p):
     r.total_accepted = 0
     r.iterations = 0
     r.last_commit_len = 0
+    r.shared_prefix_len = 0
+    r.kv_pages = [-1] * 256
+    r.kv_gens = [0] * 256
+    r.kv_held = 0
+    r.kv_borrowed = 0
+    r.kv_want = 0
+    r.kv_ready = False
+    r.kv_committed_pages = 0
+    r.kv_draft_pages = 0
+    r.kv_prev_tick = -1
+    r.kv_forced_pressure = False
+    r.kv_oversize = False
+    r.kv_hits = 0
+    r.kv_misses = 0
+    r.kv_miss_pages = 0
+    r.kv_waits = 0
+    r.kv_snap_live = 0
+    r.kv_snap_committed = 0
+    r.kv_snap_draft = 0
+    r.kv_snap_free = 0
+    r.kv_snap_used = 0
     return r
 
 
 def init_shared(p):
     sh = Shared()
+    sh.page_owner = [-1] * 16384
+    sh.page_kind = [0] * 16384
+    sh.page_refs = [0] * 16384
+    sh.page_gen = [0] * 16384
+    sh.page_last_use = [0] * 16384
+    sh.page_pinned = [False] * 16384
+    sh.page_prio = [0] * 16384
+    sh.page_ema = [0.0] * 16384
+    sh.page_slot = [0] * 16384
+    sh.page_used = [0] * 16384
+    sh.kv_free_stack = [0] * 16384
+    sh.kv_free_top = 0
+    sh.kv_fresh = 0
+    sh.kv_tick = 0
+    sh.kv_last_progress = -1
+    sh.kv_live = 0
+    sh.kv_committed = 0
+    sh.kv_draft = 0
+    sh.kv_used_tokens = 0
+    sh.kv_evict_prefill = 0
+    sh.kv_evict_decode = 0
+    sh.kv_evict_recompute = 0
+    sh.kv_yields = 0
     return sh
 
 
@@ -162,18 +220,33 @@ def fn_next_block_size(p, ema, kv_pressure):
     return clamp(b, 1, MAX_BLOCK)
 
 
-# stages/prefill.xl:7: stage prefill
+# stages/kv.xl:116
+def fn_pages_for(p, tokens, pt):
+    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:117
+
+
+# stages/kv.xl:121
+def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
+    if (policy == 1):
+        if (prio_a != prio_b):
+            return (prio_a < prio_b)
+        if (ema_a != ema_b):
+            return (ema_a < ema_b)
+    return (use_a < use_b)
+
+
+# stages/prefill.xl:9: stage prefill
 def guard_prefill(r, sh, p):
-    return (r.state == ReqState.PREFILL_READY)
+    return ((r.state == ReqState.PREFILL_READY) and (r.kv_ready or (not p.kv_cache)))
 
 
 def stage_prefill(r, sh, p):
-    if (r.graft_source_id >= 0):
+    if (r.kv_borrowed > 0):
         r.req_flags = (r.req_flags | ReqFlag.GRAFTED)
-    r.prefill_tokens = r.prompt_len
+    r.prefill_tokens = max_(wrap_i32(r.prompt_len - wrap_i32(r.kv_borrowed * max_(p.page_tokens, 1))), 0)
     r.token_limit = clamp(r.max_new_tokens, 0, MAX_OUT)
-    r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:17
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:19
+    r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:18
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
     r.state = (ReqState.DECODE_READY if (r.token_limit > 0) else ReqState.DONE)
 
 
@@ -181,9 +254,9 @@ def trace_prefill(r):
     return (((r.prompt_len) & 0xFFFFFFFF), ((r.max_new_tokens) & 0xFFFFFFFF), ((r.priority) & 0xFFFFFFFF), ((r.graft_source_id) & 0xFFFFFFFF), ((r.token_limit) & 0xFFFFFFFF), ((r.current_block_size) & 0xFFFFFFFF))
 
 
-# stages/decode.xl:8: stage decode
+# stages/decode.xl:9: stage decode
 def guard_decode(r, sh, p):
-    return (r.state == ReqState.DECODE_READY)
+    return ((r.state == ReqState.DECODE_READY) and (r.kv_ready or (not p.kv_cache)))
 
 
 def stage_decode(r, sh, p):
@@ -193,8 +266,8 @@ def stage_decode(r, sh, p):
     for j in range(0, 128):
         if (j >= r.draft_len):
             break
-        agree = fn_agreement(p, r.profile, r.base_acceptance, wrap_i32(r.n_out + j), r.token_limit)  # @xl:19
-        d = b_draft_token(r.seed, wrap_i32(pos + j), prev, p.vocab, agree)  # @xl:20
+        agree = fn_agreement(p, r.profile, r.base_acceptance, wrap_i32(r.n_out + j), r.token_limit)  # @xl:20
+        d = b_draft_token(r.seed, wrap_i32(pos + j), prev, p.vocab, agree)  # @xl:21
         r.draft_tokens[j] = d
         prev = d
     r.state = ReqState.VERIFY_READY
@@ -253,6 +326,207 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
+# stages/kv.xl:133: arbiter kv_manage
+def guard_kv_manage(r, sh, p):
+    return p.kv_cache
+
+
+def stage_kv_manage(r, sh, p):
+    sh.kv_tick = wrap_i32(sh.kv_tick + 1)
+    now = sh.kv_tick
+    pt = max_(p.page_tokens, 1)
+    pool = clamp(p.pool_pages, 1, MAX_PAGES)
+    if (r.kv_prev_tick < 0):
+        r.kv_forced_pressure = ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE)
+    pressured = (r.kv_forced_pressure or (f32(float(sh.kv_live)) > f32(p.kv_pressure_threshold * f32(float(pool)))))
+    r.req_flags = ((r.req_flags | ReqFlag.KV_PRESSURE) if pressured else (r.req_flags & 6))
+    lost = 0
+    for k in range(0, 256):
+        if (k >= r.kv_held):
+            break
+        pg = r.kv_pages[k]
+        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:152
+            r.kv_pages[k] = -1
+            lost = wrap_i32(lost + 1)
+    if (lost > 0):
+        r.kv_misses = wrap_i32(r.kv_misses + 1)
+        r.kv_miss_pages = wrap_i32(r.kv_miss_pages + lost)
+    elif ((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)):
+        r.kv_hits = wrap_i32(r.kv_hits + 1)
+    committed_tok = 0
+    total_tok = 0
+    if (r.state == ReqState.PREFILL_READY):
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:169
+        total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
+    elif (r.state != ReqState.DONE):
+        committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
+        total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:175
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:176
+    if ((tp > MAX_REQ_PAGES) or (tp > pool)):
+        r.kv_oversize = True
+    if r.kv_oversize:
+        tp = 0
+        cp = 0
+    r.kv_want = tp
+    graft_wait = False
+    if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:190
+        if (g > 0):
+            for xl_p in range(0, 16384):
+                if (xl_p >= sh.kv_fresh):
+                    break
+                if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
+                    if (sh.page_kind[xl_p] == PageKind.COMMITTED):
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:198
+                    else:
+                        graft_wait = True
+            run = 0
+            for k in range(0, 256):
+                if (k >= g):
+                    break
+                if (((r.kv_pages[k] < 0) or graft_wait) or (run < k)):
+                    r.kv_pages[k] = -1
+                else:
+                    run = wrap_i32(run + 1)
+                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:213
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:214
+            r.kv_borrowed = run
+            r.kv_held = run
+    for k in range(0, 256):
+        if (k >= min_(cp, r.kv_held)):
+            break
+        pg = r.kv_pages[k]
+        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:228
+            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:229
+            sh.kv_draft = wrap_i32(sh.kv_draft - 1)
+            sh.kv_committed = wrap_i32(sh.kv_committed + 1)
+    ok = (not graft_wait)
+    for k in range(0, 256):
+        if ((k >= tp) or (not ok)):
+            break
+        if ((k < r.kv_held) and (r.kv_pages[k] >= 0)):
+            continue
+        pg = -1
+        if (sh.kv_free_top > 0):
+            sh.kv_free_top = wrap_i32(sh.kv_free_top - 1)
+            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:247
+        elif (sh.kv_fresh < pool):
+            pg = sh.kv_fresh
+            sh.kv_fresh = wrap_i32(sh.kv_fresh + 1)
+        else:
+            best = -1
+            for xl_p in range(0, 16384):
+                if (xl_p >= sh.kv_fresh):
+                    break
+                o = sh.page_owner[xl_p]
+                if ((((((o >= 0) and (o != r.xl_id)) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] <= r.kv_prev_tick)):
+                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:259
+                        best = xl_p
+            if (best >= 0):
+                pg = best
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:267
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:268
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:269
+                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:270
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:271
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:272
+                sh.kv_committed = wrap_i32(sh.kv_committed - 1)
+                sh.kv_live = wrap_i32(sh.kv_live - 1)
+                if (r.state == ReqState.PREFILL_READY):
+                    sh.kv_evict_prefill = wrap_i32(sh.kv_evict_prefill + 1)
+                elif (k < cp):
+                    sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
+                else:
+                    sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
+        if (pg < 0):
+            ok = False
+        else:
+            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:287
+            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:288
+            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:289
+            sh.page_slot[check_index(pg, 16384)] = k  # @xl:290
+            r.kv_pages[k] = pg
+            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:292
+            sh.kv_live = wrap_i32(sh.kv_live + 1)
+            if (k < cp):
+                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:295
+                sh.kv_committed = wrap_i32(sh.kv_committed + 1)
+            else:
+                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:298
+                sh.kv_draft = wrap_i32(sh.kv_draft + 1)
+            r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
+    keep = tp
+    if (not ok):
+        keep = (r.kv_borrowed if (r.state == ReqState.PREFILL_READY) else max_(cp, r.kv_borrowed))
+        r.kv_waits = wrap_i32(r.kv_waits + 1)
+        if ((sh.kv_last_progress < r.kv_prev_tick) and (r.kv_held > 0)):
+            keep = 0
+            sh.kv_yields = wrap_i32(sh.kv_yields + 1)
+            sh.kv_last_progress = now
+            r.kv_misses = wrap_i32(r.kv_misses + 1)
+    else:
+        sh.kv_last_progress = now
+    for k in range(0, 256):
+        if (k >= r.kv_held):
+            break
+        pg = r.kv_pages[k]
+        if ((k >= keep) and (pg >= 0)):
+            if (k >= r.kv_borrowed):
+                r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
+            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:329
+            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:330
+                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:331
+                    sh.kv_draft = wrap_i32(sh.kv_draft - 1)
+                else:
+                    sh.kv_committed = wrap_i32(sh.kv_committed - 1)
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:336
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:337
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:338
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:339
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:340
+                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:341
+                sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
+                sh.kv_live = wrap_i32(sh.kv_live - 1)
+            elif (k >= r.kv_borrowed):
+                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:345
+            r.kv_pages[k] = -1
+    r.kv_held = min_(r.kv_held, keep)
+    r.kv_borrowed = min_(r.kv_borrowed, keep)
+    own_committed = 0
+    own_draft = 0
+    for k in range(0, 256):
+        if (k >= r.kv_held):
+            break
+        pg = r.kv_pages[k]
+        if ((pg >= 0) and (k >= r.kv_borrowed)):
+            if ok:
+                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:364
+            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:366
+            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:367
+            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:368
+            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:369
+            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:370
+            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:371
+            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:372
+                own_committed = wrap_i32(own_committed + 1)
+            else:
+                own_draft = wrap_i32(own_draft + 1)
+    r.kv_committed_pages = own_committed
+    r.kv_draft_pages = own_draft
+    r.kv_ready = (ok or r.kv_oversize)
+    r.kv_prev_tick = now
+    r.kv_snap_live = sh.kv_live
+    r.kv_snap_committed = sh.kv_committed
+    r.kv_snap_draft = sh.kv_draft
+    r.kv_snap_free = wrap_i32(pool - sh.kv_live)
+    r.kv_snap_used = sh.kv_used_tokens
+
+
+def trace_kv_manage(r):
+    return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
+
+
 def is_done(r, sh, p):
     return (r.state == ReqState.DONE)
 
@@ -263,5 +537,6 @@ STAGES = [
     ('decode', 1, False, guard_decode, stage_decode, None, None),
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit),
+    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage),
 ]
-TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state'))]
+TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

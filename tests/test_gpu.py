@@ -58,7 +58,8 @@ def test_bundled_pipeline_fast_mode_commits_the_same_tokens(bundled, count):
     w = _workload(bundled.sim_module(), count, 64)
     expected = sim.run(bundled.sim_module(), w.params, w.inputs, w.config)
     got = gpu.run(bundled, w.params, w.inputs, w.config, mode="fast")
-    divergence = compare_results(bundled.program, expected, got)
+    # KV bookkeeping depends on the schedule in fast mode; the committed tokens must not.
+    divergence = compare_results(bundled.program, expected, got, fields=["out_tokens", "n_out"])
     assert divergence is None, divergence.render()
     np.testing.assert_array_equal(expected.requests["out_tokens"], got.requests["out_tokens"])
 
@@ -123,7 +124,8 @@ def test_baselines_from_the_same_ir_reproduce_the_simulator(bundled, mode):
     divergence = compare(bundled.program, expected, got)
     assert divergence is None, divergence.render()
     timing = got.extra["timing"]
-    per_round = len(bundled.program.per_request_stages) + 2  # stages, retire, admit
+    # stages, the arbiter kernel (when the pipeline has arbiters), retire, admit
+    per_round = len(bundled.program.per_request_stages) + bool(bundled.program.arbiter_stages) + 2
     assert timing.launches == 1 + got.rounds * (per_round if mode == "host-loop" else 1)
 
 

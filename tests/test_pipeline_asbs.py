@@ -103,11 +103,13 @@ def _decode(program: ir.Program, rec) -> dict:
 
 
 def histories(program: ir.Program, result) -> list[History]:
-    """Each request's history; checks the record sequence prefill, (verify, commit)*, done."""
+    """Each request's history; checks the record sequence prefill, (verify, commit)*, done
+    (the KV cache's residency records, trace kv_manage, are set aside)."""
     kinds = {t.stage: t.index for t in program.traces}
     out = []
     for i in range(len(result.requests)):
         recs = result.per_request(i)
+        recs = recs[recs[:, 2] != kinds["kv_manage"]]
         assert len(recs) and recs[-1][2] == KIND_DONE, f"{result.backend}: request {i} did not finish: {recs[-1:]}"
         assert not (recs[:, 2] == KIND_ERROR).any()
         prefill = _decode(program, recs[0])

@@ -135,8 +135,12 @@ def to_array(objs, layout, dtype: np.dtype) -> np.ndarray:
 
 
 def run(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
-        progress=None) -> RunResult:
-    """Run the simulator: the reference every other backend is compared against."""
+        progress=None, observer=None) -> RunResult:
+    """Run the simulator: the reference every other backend is compared against.
+
+    `observer(round, requests, shared, active_ids)`, when given, is called after the
+    arbiters of every round (before retirement), e.g. to check invariants of shared
+    state; it must not modify what it is given."""
     from ..layout import module_dtypes
 
     config = config or LaunchConfig()
@@ -191,6 +195,8 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
             for req_id in active:
                 if req_id not in failed:
                     run_stage(reqs[req_id], stage)
+        if observer is not None:
+            observer(rnd, reqs, sh, [i for i in active if i not in failed])
         still_active = []
         for req_id in active:  # retire
             if req_id in failed:
