@@ -3,7 +3,7 @@
 import sys
 import time
 
-from xlgen.build import load, load_text
+from xlgen.build import load
 from xlgen.diff import compare, compare_results
 from xlgen.runtime import gpu, sim
 from xlgen.workload import load as load_workload

@@ -454,7 +454,6 @@ class Generator:
         return E(f"({a.text} as {target})", a.const)  # a cast passes its own type down: not flexible
 
     def int_expr(self, ctx: Ctx, t: str, d: int) -> E:
-        u = "u" if t == "u32" else ""
         r = self.rng.random()
         if r < 0.32:
             op = self.pick(["+", "-", "*", "&", "|", "^", "+", "-"])

@@ -44,7 +44,7 @@ def available() -> bool:
 
 
 def single_source(compiled) -> str:
-    """One translation unit (so CuPy's cache key covers everything), with #line
+    """One translation unit (so the content hash covers everything), with #line
     directives so compiler messages name the generated files and their lines."""
     parts = []
     for path in (runtime_dir() / "xl_runtime.cuh", compiled.dir / f"{compiled.name}_kernel.cuh",
