@@ -8,10 +8,18 @@
 #include "xl_runtime.cuh"
 
 // In per-request stages the request lives in the warp's shared memory and all
-// 32 lanes run the same code: lane 0 stores, then the warp syncs, so every lane
-// reads what was stored. The CPU build (and arbiters, run by one thread) store directly.
+// 32 lanes run the same code. Every lane computes the value; the warp syncs (no
+// lane may still be reading the old state for an earlier statement); lane 0
+// stores; the warp syncs again, so every lane reads what was stored. The CPU
+// build (and arbiters, run by one thread) store directly.
 #if XL_ON_GPU
-#define XL_WARP_STORE(lhs, value) do { if ((threadIdx.x & 31u) == 0u) lhs = (value); __syncwarp(); } while (0)
+#define XL_WARP_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        __syncwarp();                                        \
+        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
+        __syncwarp();                                        \
+    } while (0)
 #else
 #define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
 #endif
