@@ -336,7 +336,7 @@ extern "C" __global__ void xl_step_begin(XL_STEP_PARAMS) {
     xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, &dummy_flag);
 }
 
-extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.xl:9
+extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.xl:10
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
@@ -361,7 +361,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     }
 }
 
-extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl:9
+extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl:10
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);

@@ -220,12 +220,12 @@ def fn_next_block_size(p, ema, kv_pressure):
     return clamp(b, 1, MAX_BLOCK)
 
 
-# stages/kv.xl:116
+# stages/kv.xl:36
 def fn_pages_for(p, tokens, pt):
-    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:117
+    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:37
 
 
-# stages/kv.xl:121
+# stages/kv.xl:41
 def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     if (policy == 1):
         if (prio_a != prio_b):
@@ -235,7 +235,7 @@ def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     return (use_a < use_b)
 
 
-# stages/prefill.xl:9: stage prefill
+# stages/prefill.xl:10: stage prefill
 def guard_prefill(r, sh, p):
     return ((r.state == ReqState.PREFILL_READY) and (r.kv_ready or (not p.kv_cache)))
 
@@ -245,8 +245,8 @@ def stage_prefill(r, sh, p):
         r.req_flags = (r.req_flags | ReqFlag.GRAFTED)
     r.prefill_tokens = max_(wrap_i32(r.prompt_len - wrap_i32(r.kv_borrowed * max_(p.page_tokens, 1))), 0)
     r.token_limit = clamp(r.max_new_tokens, 0, MAX_OUT)
-    r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:18
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
+    r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:19
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:21
     r.state = (ReqState.DECODE_READY if (r.token_limit > 0) else ReqState.DONE)
 
 
@@ -254,7 +254,7 @@ def trace_prefill(r):
     return (((r.prompt_len) & 0xFFFFFFFF), ((r.max_new_tokens) & 0xFFFFFFFF), ((r.priority) & 0xFFFFFFFF), ((r.graft_source_id) & 0xFFFFFFFF), ((r.token_limit) & 0xFFFFFFFF), ((r.current_block_size) & 0xFFFFFFFF))
 
 
-# stages/decode.xl:9: stage decode
+# stages/decode.xl:10: stage decode
 def guard_decode(r, sh, p):
     return ((r.state == ReqState.DECODE_READY) and (r.kv_ready or (not p.kv_cache)))
 
@@ -266,8 +266,8 @@ def stage_decode(r, sh, p):
     for j in range(0, 128):
         if (j >= r.draft_len):
             break
-        agree = fn_agreement(p, r.profile, r.base_acceptance, wrap_i32(r.n_out + j), r.token_limit)  # @xl:20
-        d = b_draft_token(r.seed, wrap_i32(pos + j), prev, p.vocab, agree)  # @xl:21
+        agree = fn_agreement(p, r.profile, r.base_acceptance, wrap_i32(r.n_out + j), r.token_limit)  # @xl:21
+        d = b_draft_token(r.seed, wrap_i32(pos + j), prev, p.vocab, agree)  # @xl:22
         r.draft_tokens[j] = d
         prev = d
     r.state = ReqState.VERIFY_READY
@@ -326,7 +326,7 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:133: arbiter kv_manage
+# stages/kv.xl:53: arbiter kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
@@ -345,7 +345,7 @@ def stage_kv_manage(r, sh, p):
         if (k >= r.kv_held):
             break
         pg = r.kv_pages[k]
-        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:152
+        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:72
             r.kv_pages[k] = -1
             lost = wrap_i32(lost + 1)
     if (lost > 0):
@@ -356,13 +356,13 @@ def stage_kv_manage(r, sh, p):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:169
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:89
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:175
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:176
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:95
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:96
     if ((tp > MAX_REQ_PAGES) or (tp > pool)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -371,14 +371,14 @@ def stage_kv_manage(r, sh, p):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:190
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:110
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:198
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:118
                     else:
                         graft_wait = True
             run = 0
@@ -389,16 +389,16 @@ def stage_kv_manage(r, sh, p):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:213
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:214
+                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:133
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:134
             r.kv_borrowed = run
             r.kv_held = run
     for k in range(0, 256):
         if (k >= min_(cp, r.kv_held)):
             break
         pg = r.kv_pages[k]
-        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:228
-            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:229
+        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:148
+            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:149
             sh.kv_draft = wrap_i32(sh.kv_draft - 1)
             sh.kv_committed = wrap_i32(sh.kv_committed + 1)
     ok = (not graft_wait)
@@ -410,7 +410,7 @@ def stage_kv_manage(r, sh, p):
         pg = -1
         if (sh.kv_free_top > 0):
             sh.kv_free_top = wrap_i32(sh.kv_free_top - 1)
-            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:247
+            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:167
         elif (sh.kv_fresh < pool):
             pg = sh.kv_fresh
             sh.kv_fresh = wrap_i32(sh.kv_fresh + 1)
@@ -421,16 +421,16 @@ def stage_kv_manage(r, sh, p):
                     break
                 o = sh.page_owner[xl_p]
                 if ((((((o >= 0) and (o != r.xl_id)) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] <= r.kv_prev_tick)):
-                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:259
+                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:179
                         best = xl_p
             if (best >= 0):
                 pg = best
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:267
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:268
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:269
-                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:270
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:271
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:272
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:187
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:188
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:189
+                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:190
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:191
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:192
                 sh.kv_committed = wrap_i32(sh.kv_committed - 1)
                 sh.kv_live = wrap_i32(sh.kv_live - 1)
                 if (r.state == ReqState.PREFILL_READY):
@@ -442,18 +442,18 @@ def stage_kv_manage(r, sh, p):
         if (pg < 0):
             ok = False
         else:
-            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:287
-            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:288
-            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:289
-            sh.page_slot[check_index(pg, 16384)] = k  # @xl:290
+            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:207
+            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:208
+            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:209
+            sh.page_slot[check_index(pg, 16384)] = k  # @xl:210
             r.kv_pages[k] = pg
-            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:292
+            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:212
             sh.kv_live = wrap_i32(sh.kv_live + 1)
             if (k < cp):
-                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:295
+                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:215
                 sh.kv_committed = wrap_i32(sh.kv_committed + 1)
             else:
-                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:298
+                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:218
                 sh.kv_draft = wrap_i32(sh.kv_draft + 1)
             r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
     keep = tp
@@ -474,22 +474,22 @@ def stage_kv_manage(r, sh, p):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:329
-            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:330
-                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:331
+            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:249
+            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:250
+                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:251
                     sh.kv_draft = wrap_i32(sh.kv_draft - 1)
                 else:
                     sh.kv_committed = wrap_i32(sh.kv_committed - 1)
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:336
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:337
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:338
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:339
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:340
-                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:341
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:256
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:257
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:258
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:259
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:260
+                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:261
                 sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
                 sh.kv_live = wrap_i32(sh.kv_live - 1)
             elif (k >= r.kv_borrowed):
-                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:345
+                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:265
             r.kv_pages[k] = -1
     r.kv_held = min_(r.kv_held, keep)
     r.kv_borrowed = min_(r.kv_borrowed, keep)
@@ -501,14 +501,14 @@ def stage_kv_manage(r, sh, p):
         pg = r.kv_pages[k]
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if ok:
-                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:364
-            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:366
-            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:367
-            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:368
-            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:369
-            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:370
-            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:371
-            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:372
+                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:284
+            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:286
+            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:287
+            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:288
+            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:289
+            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:290
+            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:291
+            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:292
                 own_committed = wrap_i32(own_committed + 1)
             else:
                 own_draft = wrap_i32(own_draft + 1)

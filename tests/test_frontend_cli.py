@@ -83,6 +83,28 @@ def test_check_ok():
     assert result.stderr == ""
 
 
+def test_every_file_of_the_bundled_pipeline_checks_on_its_own():
+    """Each file in stages/ must import what it uses (not lean on xl_spec.xl's import order)."""
+    stages = sorted((Path(__file__).resolve().parent.parent / "stages").glob("*.xl"))
+    result = invoke("check", "--werror", *stages)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count(": ok (library:") == len(stages) - 1
+    assert "ok (pipeline xl_spec" in result.stdout
+
+
+def test_a_library_checks_but_does_not_build(tmp_path):
+    (tmp_path / "lib.xl").write_text("const K: i32 = 3\nrequest { n: i32 }\nfn twice(x: i32) -> i32 {\n    return x * 2\n}\n")
+    checked = invoke("check", "--werror", tmp_path / "lib.xl")
+    assert checked.exit_code == 0 and "ok (library: 0 stages, 1 request fields)" in checked.stdout
+    (tmp_path / "bad.xl").write_text("request { n: i32 }\nstage s {\n    n = nope\n}\n")
+    bad = invoke("check", tmp_path / "bad.xl")
+    assert bad.exit_code == 1 and "unknown name 'nope'" in bad.stderr  # a library is still type-checked
+    built = invoke("build", tmp_path / "lib.xl", "-o", tmp_path / "out")
+    assert built.exit_code == 1
+    assert "this file is a library other files import" in built.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_check_quiet():
     result = invoke("check", "-q", COUNTER)
     assert result.exit_code == 0 and result.stdout == ""

@@ -115,17 +115,22 @@ def _display(p: Path) -> Path:
         return p
 
 
-def load_program(path: str | Path) -> tuple[ir.Program, list]:
-    """Read, parse and check a pipeline. Returns (program, warnings); raises CompileError."""
+def load_program(path: str | Path, allow_library: bool = False) -> tuple[ir.Program, list]:
+    """Read, parse and check a pipeline. Returns (program, warnings); raises CompileError.
+
+    With allow_library, a file without `pipeline NAME` (and without `done when`)
+    is checked as a library: a file other pipelines import (`xlgen check` on stages/*.xl).
+    """
     modules, sources, sink = load_modules(path)
     if sink.has_errors:
         raise CompileError(sink.items, sources)
-    return check_modules(modules, sources, sink)
+    return check_modules(modules, sources, sink, allow_library)
 
 
-def check_modules(modules: list[A.Module], sources: dict[str, str], sink: DiagnosticSink | None = None):
+def check_modules(modules: list[A.Module], sources: dict[str, str], sink: DiagnosticSink | None = None,
+                  allow_library: bool = False):
     sink = sink or DiagnosticSink()
-    program = Checker(sink, sources).check(modules)
+    program = Checker(sink, sources, allow_library).check(modules)
     if sink.has_errors:
         raise CompileError(sink.items, sources)
     warnings = [d for d in sink.items if d.severity == "warning"]
@@ -248,9 +253,10 @@ def _flexible_int(node: A.Node) -> bool:
 
 
 class Checker:
-    def __init__(self, sink: DiagnosticSink, sources: dict[str, str]):
+    def __init__(self, sink: DiagnosticSink, sources: dict[str, str], allow_library: bool = False):
         self.sink = sink
         self.sources = sources
+        self.allow_library = allow_library
         self.globals: dict[str, Global] = {}
         self.members: dict[str, list[tuple[ir.EnumType, int]]] = {}
         self.types: dict[str, ir.Type] = dict(ir.SCALARS)
@@ -272,9 +278,17 @@ class Checker:
     def check(self, modules: list[A.Module]) -> ir.Program:
         main = modules[-1]
         items = [item for m in modules for item in m.items]
-        if main.pipeline is None:
-            empty = "" if main.items else " (this file declares nothing)"
-            self.error(Loc(main.file, 1, 1), f"the main file must start with 'pipeline NAME'{empty}")
+        # A headerless file with declarations and no `done when` is a library (only
+        # when checked on its own); one with `done when` has forgotten its header.
+        looks_like_library = bool(main.items) and not any(isinstance(i, A.DoneDecl) for i in main.items)
+        library = self.allow_library and main.pipeline is None and looks_like_library
+        if main.pipeline is None and not library:
+            if looks_like_library:
+                why = (" (this file is a library other files import: `xlgen check` it, and build the "
+                       "pipeline that imports it)")
+            else:
+                why = "" if main.items else " (this file declares nothing)"
+            self.error(Loc(main.file, 1, 1), f"the main file must start with 'pipeline NAME'{why}")
         self._declare(items)
         for item in items:
             if isinstance(item, A.EnumDecl):
@@ -300,9 +314,11 @@ class Checker:
         ordered = self._order_functions(functions)
         if not stages and main.pipeline is not None:
             self.sink.warning(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' declares no stages")
-        self._unused_warnings(items)
+        if main.pipeline is not None:  # without the whole pipeline, "never used" means nothing
+            self._unused_warnings(items)
         return ir.Program(
             name=main.pipeline or "pipeline",
+            library=library,
             main_file=main.file,
             consts=dict(self.consts),
             params=tuple(self.params.values()),

@@ -15,7 +15,7 @@ from .diagnostics import CompileError, render_all
 EPILOG_CHECK = """\b
 Examples:
   xlgen check stages/xl_spec.xl
-  xlgen check a.xl b.xl --werror
+  xlgen check stages/*.xl --werror      # the pipeline and every file it imports
 """
 
 
@@ -63,13 +63,17 @@ def main():
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
 @_friendly
 def check(files, werror, quiet):
-    """Parse and type-check FILES (each a pipeline's main file) and print diagnostics."""
+    """Parse and type-check FILES and print diagnostics.
+
+    A file that starts with `pipeline NAME` is checked as a whole pipeline; a
+    file without it (one that other files import) is checked as a library.
+    """
     from .checker import load_program
 
     failed = False
     for path in files:
         try:
-            program, warnings = load_program(path)
+            program, warnings = load_program(path, allow_library=True)
         except CompileError as exc:
             click.echo(exc.render(), err=True)
             failed = True
@@ -78,8 +82,8 @@ def check(files, werror, quiet):
             click.echo(render_all(warnings, program.sources), err=True)
             failed = failed or werror
         if not quiet:
-            n_stages = len(program.stages)
-            click.echo(f"{path}: ok (pipeline {program.name}: {n_stages} stages, "
+            what = "library" if program.library else f"pipeline {program.name}"
+            click.echo(f"{path}: ok ({what}: {len(program.stages)} stages, "
                        f"{len(program.request_fields)} request fields)")
     sys.exit(1 if failed else 0)
 

@@ -304,6 +304,7 @@ class Program:
     traces: tuple[Trace, ...]
     done: Expr
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    library: bool = False  # checked on its own, without `pipeline NAME`: nothing to build
 
     def field(self, name: str) -> FieldDecl:
         return next(f for f in self.request_fields if f.name == name)
