@@ -58,8 +58,9 @@ def test_bundled_pipeline_fast_mode_commits_the_same_tokens(bundled, count):
     w = _workload(bundled.sim_module(), count, 64)
     expected = sim.run(bundled.sim_module(), w.params, w.inputs, w.config)
     got = gpu.run(bundled, w.params, w.inputs, w.config, mode="fast")
-    # KV bookkeeping depends on the schedule in fast mode; the committed tokens must not.
-    divergence = compare_results(bundled.program, expected, got, fields=["out_tokens", "n_out"])
+    # With the KV cache off (the default) nothing in a request depends on the schedule,
+    # so the whole final state must match, not only the committed tokens.
+    divergence = compare_results(bundled.program, expected, got)
     assert divergence is None, divergence.render()
     np.testing.assert_array_equal(expected.requests["out_tokens"], got.requests["out_tokens"])
 

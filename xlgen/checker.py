@@ -16,6 +16,7 @@ from . import ir
 from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
 from .ir import BOOL, F32, I32, U32
 from .parser import KEYWORDS, ParseFailure, parse_text
+from .py_ops import evaluate_const
 from .resources import runtime_dir
 from .runtime import ops
 
@@ -502,13 +503,9 @@ class Checker:
                 return
             self._same(elem, init.type, node.init.loc, f"the initial value of '{node.name}'")
             if not isinstance(init, ir.Const) and not _mentions_params(init):
-                try:  # folding left it alone, so evaluating it fails: say why now, not at launch
-                    from .py_ops import evaluate_const
-
-                    evaluate_const(init)
-                except ops.XlRuntimeError as exc:
-                    self.error(node.init.loc, f"the initial value of '{node.name}' fails: {exc}")
-                    return
+                # Folding left it alone, so evaluating it fails: say why now, not at launch.
+                self.error(node.init.loc, _not_constant(init, f"the initial value of '{node.name}'"))
+                return
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
 
@@ -1257,8 +1254,6 @@ def _fold(e: ir.Expr) -> ir.Expr:
     An operation that would raise at run time (1 / 0) is left alone: the error
     belongs to the run, where every backend reports it the same way.
     """
-    from .py_ops import evaluate_const
-
     if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call)):
         return e
     children = _children(e)
@@ -1273,8 +1268,6 @@ def _fold(e: ir.Expr) -> ir.Expr:
 
 def _not_constant(e: ir.Expr, what: str) -> str:
     """The message for a compile-time value that did not fold: why, if evaluating it fails."""
-    from .py_ops import evaluate_const
-
     stack = [e]
     failure = None
     while stack:

@@ -174,7 +174,9 @@ def _prepare(file, workload_name, count, max_active):
         except WorkloadError as exc:
             raise click.UsageError(f"workload: {exc}") from None
     if count is not None:
-        workload.inputs = [workload.inputs[i % len(workload.inputs)] | {} for i in range(count)]
+        if count < 0 or (count > 0 and not workload.inputs):
+            raise click.UsageError(f"--count {count}: the workload has {len(workload.inputs)} requests to repeat")
+        workload.inputs = [dict(workload.inputs[i % len(workload.inputs)]) for i in range(count)]
     if max_active is not None:
         workload.config.max_active = max_active
     return compiled, module, workload

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..layout import dtype_from_layout
 from ..resources import runtime_dir
-from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
+from ..names import py
+from .sim import LaunchConfig, RunResult, make_params, make_requests, param_word, to_array
 
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",
              "-ffp-contract=off", "-fno-fast-math", "-fwrapv"]
@@ -53,12 +54,10 @@ class _Launch(ctypes.Structure):
 
 
 def params_array(module, p) -> np.ndarray:
-    """Launch parameters packed like the C++ Params struct."""
-    layout = [(name, name, "f" if t == "f32" else ("i" if t == "i32" else "u"), 1, False)
-              for name, t in module.Params.TYPES.items()]
-    from ..names import py
-
-    layout = [(n, py(n), w, c, a) for n, _, w, c, a in layout]
+    """Launch parameters packed like the C++ Params struct (one unused word when there are none)."""
+    if not module.Params.TYPES:
+        return np.zeros(1, dtype=np.uint32)
+    layout = [(name, py(name), param_word(t), 1, False) for name, t in module.Params.TYPES.items()]
     return to_array([p], layout, dtype_from_layout(layout))
 
 
@@ -80,8 +79,6 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         reqs = to_array(reqs_obj, module.REQUEST_LAYOUT, req_dtype)
         shared = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
         packed = params_array(module, p)
-        if len(module.Params.TYPES) == 0:
-            packed = np.zeros(1, dtype=np.uint32)
         records = np.zeros((capacity, width), dtype=np.uint32)
         count = np.zeros(1, dtype=np.uint64)
         launch = _Launch(len(inputs), config.max_active, config.max_rounds, 0)

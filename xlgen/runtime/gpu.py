@@ -219,7 +219,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_dtype = dtype_from_layout(module.SHARED_LAYOUT)
     reqs_host = to_array(make_requests(module, p, inputs), module.REQUEST_LAYOUT, req_dtype)
     shared_host = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
-    packed = params_array(module, p) if module.Params.TYPES else np.zeros(1, dtype=np.uint32)
+    packed = params_array(module, p)
 
     cu = compile_module(compiled)
     persistent = mode in ("deterministic", "fast")

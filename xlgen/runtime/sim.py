@@ -107,16 +107,19 @@ def make_requests(module, params, inputs: list[dict]):
     return reqs
 
 
+def param_word(type_name: str) -> str:
+    """How a launch parameter is stored: only i32 is signed (a flag set's member 31 is bit 31)."""
+    return "f" if type_name == "f32" else ("i" if type_name == "i32" else "u")
+
+
 def make_params(module, overrides: dict | None):
     overrides = dict(overrides or {})
     kwargs = {}
     for name, t in module.Params.TYPES.items():
         if name in overrides:
             value = overrides.pop(name)
-            # as cpu.params_array packs them: only i32 is signed (a flag set's member 31 is bit 31)
-            word = "f" if t == "f32" else ("i" if t == "i32" else "u")
             # keyed by the attribute name: a param named `pass` is `xl_pass` in Python
-            kwargs[py(name)] = coerce(value, word) if t != "bool" else bool(value)
+            kwargs[py(name)] = coerce(value, param_word(t)) if t != "bool" else bool(value)
     if overrides:
         raise KeyError(f"unknown launch parameter(s): {', '.join(sorted(overrides))}")
     return module.Params(**kwargs)
