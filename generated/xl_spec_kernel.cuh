@@ -158,12 +158,11 @@ struct Shared {
     int32_t kv_committed;
     int32_t kv_draft;
     int32_t kv_used_tokens;
-    int32_t kv_evict_prefill;
     int32_t kv_evict_decode;
     int32_t kv_evict_recompute;
     int32_t kv_yields;
 };
-static_assert(sizeof(Shared) == 180236 * 4, "Shared layout must match xlgen/layout.py");
+static_assert(sizeof(Shared) == 180235 * 4, "Shared layout must match xlgen/layout.py");
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -266,17 +265,17 @@ XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     return xl_clamp(b, 1, MAX_BLOCK);
 }
 
-// stages/kv.xl:36
+// stages/kv.xl:43
 XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t tokens, int32_t pt) {
     XlErr err = {0, 0, 0};
     {
-        const int32_t xl_v = xl_div(err, 1, 37, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
+        const int32_t xl_v = xl_div(err, 1, 44, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
         if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
 
-// stages/kv.xl:41
+// stages/kv.xl:48
 XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t policy, int32_t prio_a, float ema_a, int32_t use_a, int32_t prio_b, float ema_b, int32_t use_b) {
     (void)xl_caller;
     (void)p;
@@ -448,7 +447,7 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
-// stages/kv.xl:53: arbiter kv_manage
+// stages/kv.xl:60: arbiter kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -470,7 +469,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             break;
         }
         [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 72, pg, 16384)] != r.kv_gens[k]);
+        const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 79, pg, 16384)] != r.kv_gens[k]);
         if (err.code) return err;
         if (xl_c1) {
             r.kv_pages[k] = -1;
@@ -507,7 +506,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
     r.kv_want = tp;
     [[maybe_unused]] bool graft_wait = false;
     if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
-        [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 110, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
+        [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 117, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
         if (err.code) return err;
         if (g > 0) {
             for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
@@ -518,7 +517,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                     if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
                         {
                             const int32_t xl_v = xl_p;
-                            const int32_t xl_i = xl_idx(err, 1, 118, sh.page_slot[xl_p], 256);
+                            const int32_t xl_i = xl_idx(err, 1, 125, sh.page_slot[xl_p], 256);
                             if (err.code) return err;
                             r.kv_pages[xl_i] = xl_v;
                         }
@@ -537,13 +536,13 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 } else {
                     run = xl_add(run, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_refs[xl_idx(err, 1, 133, r.kv_pages[k], 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 133, r.kv_pages[k], 16384);
+                        const int32_t xl_v = xl_add(sh.page_refs[xl_idx(err, 1, 140, r.kv_pages[k], 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 140, r.kv_pages[k], 16384);
                         if (err.code) return err;
                         sh.page_refs[xl_i] = xl_v;
                     }
                     {
-                        const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 134, r.kv_pages[k], 16384)];
+                        const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 141, r.kv_pages[k], 16384)];
                         const int32_t xl_i = k;
                         if (err.code) return err;
                         r.kv_gens[xl_i] = xl_v;
@@ -559,12 +558,12 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             break;
         }
         [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && (sh.page_kind[xl_idx(err, 1, 148, pg, 16384)] == PageKind::DRAFT);
+        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && (sh.page_kind[xl_idx(err, 1, 155, pg, 16384)] == PageKind::DRAFT);
         if (err.code) return err;
         if (xl_c2) {
             {
                 const int32_t xl_v = PageKind::COMMITTED;
-                const int32_t xl_i = xl_idx(err, 1, 149, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 156, pg, 16384);
                 if (err.code) return err;
                 sh.page_kind[xl_i] = xl_v;
             }
@@ -584,22 +583,22 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
         if (sh.kv_free_top > 0) {
             sh.kv_free_top = xl_sub(sh.kv_free_top, 1);
             {
-                const int32_t xl_v = sh.kv_free_stack[xl_idx(err, 1, 167, sh.kv_free_top, 16384)];
+                const int32_t xl_v = sh.kv_free_stack[xl_idx(err, 1, 174, sh.kv_free_top, 16384)];
                 if (err.code) return err;
                 pg = xl_v;
             }
         } else if (sh.kv_fresh < pool) {
             pg = sh.kv_fresh;
             sh.kv_fresh = xl_add(sh.kv_fresh, 1);
-        } else {
+        } else if (r.state != ReqState::PREFILL_READY) {
             [[maybe_unused]] int32_t best = -1;
             for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
                 if (xl_p >= sh.kv_fresh) {
                     break;
                 }
                 [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
-                if ((((((o >= 0) && (o != req_id)) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
-                    const bool xl_c3 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 179, best, 16384)], sh.page_ema[xl_idx(err, 2, 179, best, 16384)], sh.page_last_use[xl_idx(err, 3, 179, best, 16384)]);
+                if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
+                    const bool xl_c3 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 186, best, 16384)], sh.page_ema[xl_idx(err, 2, 186, best, 16384)], sh.page_last_use[xl_idx(err, 3, 186, best, 16384)]);
                     if (err.code) return err;
                     if (xl_c3) {
                         best = xl_p;
@@ -609,45 +608,43 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             if (best >= 0) {
                 pg = best;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 187, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 187, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 194, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 194, pg, 16384);
                     if (err.code) return err;
                     sh.page_gen[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 188, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 195, pg, 16384);
                     if (err.code) return err;
                     sh.page_kind[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 189, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 196, pg, 16384);
                     if (err.code) return err;
                     sh.page_owner[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 190, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 197, pg, 16384);
                     if (err.code) return err;
                     sh.page_refs[xl_i] = xl_v;
                 }
                 {
-                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 191, pg, 16384)]);
+                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 198, pg, 16384)]);
                     if (err.code) return err;
                     sh.kv_used_tokens = xl_v;
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 192, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 199, pg, 16384);
                     if (err.code) return err;
                     sh.page_used[xl_i] = xl_v;
                 }
                 sh.kv_committed = xl_sub(sh.kv_committed, 1);
                 sh.kv_live = xl_sub(sh.kv_live, 1);
-                if (r.state == ReqState::PREFILL_READY) {
-                    sh.kv_evict_prefill = xl_add(sh.kv_evict_prefill, 1);
-                } else if (k < cp) {
+                if (k < cp) {
                     sh.kv_evict_recompute = xl_add(sh.kv_evict_recompute, 1);
                 } else {
                     sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
@@ -658,32 +655,32 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             ok = false;
         } else {
             {
-                const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 207, pg, 16384)], 1);
-                const int32_t xl_i = xl_idx(err, 2, 207, pg, 16384);
+                const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 212, pg, 16384)], 1);
+                const int32_t xl_i = xl_idx(err, 2, 212, pg, 16384);
                 if (err.code) return err;
                 sh.page_gen[xl_i] = xl_v;
             }
             {
                 const int32_t xl_v = req_id;
-                const int32_t xl_i = xl_idx(err, 1, 208, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 213, pg, 16384);
                 if (err.code) return err;
                 sh.page_owner[xl_i] = xl_v;
             }
             {
                 const int32_t xl_v = 1;
-                const int32_t xl_i = xl_idx(err, 1, 209, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 214, pg, 16384);
                 if (err.code) return err;
                 sh.page_refs[xl_i] = xl_v;
             }
             {
                 const int32_t xl_v = k;
-                const int32_t xl_i = xl_idx(err, 1, 210, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 215, pg, 16384);
                 if (err.code) return err;
                 sh.page_slot[xl_i] = xl_v;
             }
             r.kv_pages[k] = pg;
             {
-                const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 212, pg, 16384)];
+                const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 217, pg, 16384)];
                 const int32_t xl_i = k;
                 if (err.code) return err;
                 r.kv_gens[xl_i] = xl_v;
@@ -692,7 +689,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             if (k < cp) {
                 {
                     const int32_t xl_v = PageKind::COMMITTED;
-                    const int32_t xl_i = xl_idx(err, 1, 215, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 220, pg, 16384);
                     if (err.code) return err;
                     sh.page_kind[xl_i] = xl_v;
                 }
@@ -700,7 +697,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             } else {
                 {
                     const int32_t xl_v = PageKind::DRAFT;
-                    const int32_t xl_i = xl_idx(err, 1, 218, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 223, pg, 16384);
                     if (err.code) return err;
                     sh.page_kind[xl_i] = xl_v;
                 }
@@ -732,15 +729,15 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
             }
             {
-                const int32_t xl_v = xl_sub(sh.page_refs[xl_idx(err, 1, 249, pg, 16384)], 1);
-                const int32_t xl_i = xl_idx(err, 2, 249, pg, 16384);
+                const int32_t xl_v = xl_sub(sh.page_refs[xl_idx(err, 1, 254, pg, 16384)], 1);
+                const int32_t xl_i = xl_idx(err, 2, 254, pg, 16384);
                 if (err.code) return err;
                 sh.page_refs[xl_i] = xl_v;
             }
-            const bool xl_c4 = sh.page_refs[xl_idx(err, 1, 250, pg, 16384)] == 0;
+            const bool xl_c4 = sh.page_refs[xl_idx(err, 1, 255, pg, 16384)] == 0;
             if (err.code) return err;
             if (xl_c4) {
-                const bool xl_c5 = sh.page_kind[xl_idx(err, 1, 251, pg, 16384)] == PageKind::DRAFT;
+                const bool xl_c5 = sh.page_kind[xl_idx(err, 1, 256, pg, 16384)] == PageKind::DRAFT;
                 if (err.code) return err;
                 if (xl_c5) {
                     sh.kv_draft = xl_sub(sh.kv_draft, 1);
@@ -748,37 +745,37 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                     sh.kv_committed = xl_sub(sh.kv_committed, 1);
                 }
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 256, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 256, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 261, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 261, pg, 16384);
                     if (err.code) return err;
                     sh.page_gen[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 257, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 262, pg, 16384);
                     if (err.code) return err;
                     sh.page_kind[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 258, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 263, pg, 16384);
                     if (err.code) return err;
                     sh.page_owner[xl_i] = xl_v;
                 }
                 {
-                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 259, pg, 16384)]);
+                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 264, pg, 16384)]);
                     if (err.code) return err;
                     sh.kv_used_tokens = xl_v;
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 260, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 265, pg, 16384);
                     if (err.code) return err;
                     sh.page_used[xl_i] = xl_v;
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 261, sh.kv_free_top, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 266, sh.kv_free_top, 16384);
                     if (err.code) return err;
                     sh.kv_free_stack[xl_i] = xl_v;
                 }
@@ -787,7 +784,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             } else if (k >= r.kv_borrowed) {
                 {
                     const int32_t xl_v = ORPHAN;
-                    const int32_t xl_i = xl_idx(err, 1, 265, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 270, pg, 16384);
                     if (err.code) return err;
                     sh.page_owner[xl_i] = xl_v;
                 }
@@ -808,43 +805,43 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             if (ok) {
                 {
                     const int32_t xl_v = now;
-                    const int32_t xl_i = xl_idx(err, 1, 284, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384);
                     if (err.code) return err;
                     sh.page_last_use[xl_i] = xl_v;
                 }
             }
             {
                 const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                const int32_t xl_i = xl_idx(err, 1, 286, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 291, pg, 16384);
                 if (err.code) return err;
                 sh.page_pinned[xl_i] = xl_v;
             }
             {
                 const int32_t xl_v = r.priority;
-                const int32_t xl_i = xl_idx(err, 1, 287, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 292, pg, 16384);
                 if (err.code) return err;
                 sh.page_prio[xl_i] = xl_v;
             }
             {
                 const float xl_v = r.ema_acceptance_rate;
-                const int32_t xl_i = xl_idx(err, 1, 288, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 293, pg, 16384);
                 if (err.code) return err;
                 sh.page_ema[xl_i] = xl_v;
             }
-            [[maybe_unused]] int32_t in_page = ((sh.page_kind[xl_idx(err, 1, 289, pg, 16384)] == PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+            [[maybe_unused]] int32_t in_page = ((sh.page_kind[xl_idx(err, 1, 294, pg, 16384)] == PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
             if (err.code) return err;
             {
-                const int32_t xl_v = xl_add(sh.kv_used_tokens, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 290, pg, 16384)]));
+                const int32_t xl_v = xl_add(sh.kv_used_tokens, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 295, pg, 16384)]));
                 if (err.code) return err;
                 sh.kv_used_tokens = xl_v;
             }
             {
                 const int32_t xl_v = in_page;
-                const int32_t xl_i = xl_idx(err, 1, 291, pg, 16384);
+                const int32_t xl_i = xl_idx(err, 1, 296, pg, 16384);
                 if (err.code) return err;
                 sh.page_used[xl_i] = xl_v;
             }
-            const bool xl_c6 = sh.page_kind[xl_idx(err, 1, 292, pg, 16384)] == PageKind::COMMITTED;
+            const bool xl_c6 = sh.page_kind[xl_idx(err, 1, 297, pg, 16384)] == PageKind::COMMITTED;
             if (err.code) return err;
             if (xl_c6) {
                 own_committed = xl_add(own_committed, 1);
@@ -1015,7 +1012,7 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
-    case 4:  // stages/kv.xl:53
+    case 4:  // stages/kv.xl:60
         if (guard_kv_manage(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
             err = stage_kv_manage(r, sh, p, req_id);
             if (!err.code) {

@@ -75,12 +75,12 @@ class Request:
 
 
 class Shared:
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_prefill', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
 REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_prefill', 'kv_evict_prefill', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False)]
 
 
 def init_request(req_id, p):
@@ -155,7 +155,6 @@ def init_shared(p):
     sh.kv_committed = 0
     sh.kv_draft = 0
     sh.kv_used_tokens = 0
-    sh.kv_evict_prefill = 0
     sh.kv_evict_decode = 0
     sh.kv_evict_recompute = 0
     sh.kv_yields = 0
@@ -220,12 +219,12 @@ def fn_next_block_size(p, ema, kv_pressure):
     return clamp(b, 1, MAX_BLOCK)
 
 
-# stages/kv.xl:36
+# stages/kv.xl:43
 def fn_pages_for(p, tokens, pt):
-    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:37
+    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:44
 
 
-# stages/kv.xl:41
+# stages/kv.xl:48
 def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     if (policy == 1):
         if (prio_a != prio_b):
@@ -326,7 +325,7 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:53: arbiter kv_manage
+# stages/kv.xl:60: arbiter kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
@@ -345,7 +344,7 @@ def stage_kv_manage(r, sh, p):
         if (k >= r.kv_held):
             break
         pg = r.kv_pages[k]
-        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:72
+        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:79
             r.kv_pages[k] = -1
             lost = wrap_i32(lost + 1)
     if (lost > 0):
@@ -356,13 +355,13 @@ def stage_kv_manage(r, sh, p):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:89
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:96
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:95
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:96
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:102
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:103
     if ((tp > MAX_REQ_PAGES) or (tp > pool)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -371,14 +370,14 @@ def stage_kv_manage(r, sh, p):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:110
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:117
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:118
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:125
                     else:
                         graft_wait = True
             run = 0
@@ -389,16 +388,16 @@ def stage_kv_manage(r, sh, p):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:133
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:134
+                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:140
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:141
             r.kv_borrowed = run
             r.kv_held = run
     for k in range(0, 256):
         if (k >= min_(cp, r.kv_held)):
             break
         pg = r.kv_pages[k]
-        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:148
-            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:149
+        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:155
+            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:156
             sh.kv_draft = wrap_i32(sh.kv_draft - 1)
             sh.kv_committed = wrap_i32(sh.kv_committed + 1)
     ok = (not graft_wait)
@@ -410,50 +409,48 @@ def stage_kv_manage(r, sh, p):
         pg = -1
         if (sh.kv_free_top > 0):
             sh.kv_free_top = wrap_i32(sh.kv_free_top - 1)
-            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:167
+            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:174
         elif (sh.kv_fresh < pool):
             pg = sh.kv_fresh
             sh.kv_fresh = wrap_i32(sh.kv_fresh + 1)
-        else:
+        elif (r.state != ReqState.PREFILL_READY):
             best = -1
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 o = sh.page_owner[xl_p]
-                if ((((((o >= 0) and (o != r.xl_id)) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] <= r.kv_prev_tick)):
-                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:179
+                if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] <= r.kv_prev_tick)):
+                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:186
                         best = xl_p
             if (best >= 0):
                 pg = best
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:187
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:188
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:189
-                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:190
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:191
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:192
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:194
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:195
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:196
+                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:197
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:198
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:199
                 sh.kv_committed = wrap_i32(sh.kv_committed - 1)
                 sh.kv_live = wrap_i32(sh.kv_live - 1)
-                if (r.state == ReqState.PREFILL_READY):
-                    sh.kv_evict_prefill = wrap_i32(sh.kv_evict_prefill + 1)
-                elif (k < cp):
+                if (k < cp):
                     sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
                 else:
                     sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
         if (pg < 0):
             ok = False
         else:
-            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:207
-            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:208
-            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:209
-            sh.page_slot[check_index(pg, 16384)] = k  # @xl:210
+            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:212
+            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:213
+            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:214
+            sh.page_slot[check_index(pg, 16384)] = k  # @xl:215
             r.kv_pages[k] = pg
-            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:212
+            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:217
             sh.kv_live = wrap_i32(sh.kv_live + 1)
             if (k < cp):
-                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:215
+                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:220
                 sh.kv_committed = wrap_i32(sh.kv_committed + 1)
             else:
-                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:218
+                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:223
                 sh.kv_draft = wrap_i32(sh.kv_draft + 1)
             r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
     keep = tp
@@ -474,22 +471,22 @@ def stage_kv_manage(r, sh, p):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:249
-            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:250
-                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:251
+            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:254
+            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:255
+                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:256
                     sh.kv_draft = wrap_i32(sh.kv_draft - 1)
                 else:
                     sh.kv_committed = wrap_i32(sh.kv_committed - 1)
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:256
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:257
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:258
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:259
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:260
-                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:261
+                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:261
+                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:262
+                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:263
+                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:264
+                sh.page_used[check_index(pg, 16384)] = 0  # @xl:265
+                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:266
                 sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
                 sh.kv_live = wrap_i32(sh.kv_live - 1)
             elif (k >= r.kv_borrowed):
-                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:265
+                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:270
             r.kv_pages[k] = -1
     r.kv_held = min_(r.kv_held, keep)
     r.kv_borrowed = min_(r.kv_borrowed, keep)
@@ -501,14 +498,14 @@ def stage_kv_manage(r, sh, p):
         pg = r.kv_pages[k]
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if ok:
-                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:284
-            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:286
-            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:287
-            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:288
-            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:289
-            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:290
-            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:291
-            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:292
+                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:289
+            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:291
+            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:292
+            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:293
+            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:294
+            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:295
+            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:296
+            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:297
                 own_committed = wrap_i32(own_committed + 1)
             else:
                 own_draft = wrap_i32(own_draft + 1)

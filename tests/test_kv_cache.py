@@ -111,7 +111,7 @@ def test_pool_too_small_waits_evicts_and_misses(compiled):
     reqs = result.requests
     assert reqs["kv_waits"].sum() > 0 and reqs["kv_misses"].sum() > 0
     ev = evictions_by_cause(result)
-    assert ev["prefill"] + ev["decode"] + ev["recompute"] > 0
+    assert ev["decode"] + ev["recompute"] > 0
     assert kv_hit_rate(result) < 1.0
 
 

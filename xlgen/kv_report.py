@@ -12,8 +12,9 @@ that round. From it:
   live pages): partly filled last pages plus draft reservations;
 - `kv_hit_rate(result)`: decode steps that found their pages intact over all
   steps that checked them (`kv_hits / (kv_hits + kv_misses)`, summed over requests);
-- `evictions_by_cause(result)`: evictions to admit a prompt, to grant draft pages
-  for a block, to recompute a missed page, and voluntary yields (no-deadlock rule).
+- `evictions_by_cause(result)`: evictions to grant draft pages for a block, to
+  recompute a missed page, and voluntary yields (no-deadlock rule). A prompt never
+  evicts: admission waits for free pages.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def kv_hit_rate(result: RunResult) -> float:
 
 def evictions_by_cause(result: RunResult) -> dict[str, int]:
     sh = result.shared[0]
-    return {"prefill": int(sh["kv_evict_prefill"]), "decode": int(sh["kv_evict_decode"]),
+    return {"decode": int(sh["kv_evict_decode"]),
             "recompute": int(sh["kv_evict_recompute"]), "yield": int(sh["kv_yields"])}
 
 

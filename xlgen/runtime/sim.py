@@ -232,6 +232,89 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     )
 
 
+def run_interleaved(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
+                    workers: int | None = None, seed: int = 0) -> RunResult:
+    """Fast mode's semantics (docs/semantics.md), one schedule of many: `workers` warps
+    (default: one per request) each take the next request in id order and run it to the
+    end, one iteration at a time -- per-request stages, then the arbiters under the global
+    lock, then `done when` -- and a seeded random choice of worker decides whose iteration
+    runs next. The round in a record is the request's own iteration. Fast-mode results
+    that depend on the schedule show up here as a difference between seeds, without a GPU."""
+    import random
+
+    from ..layout import module_dtypes
+
+    config = config or LaunchConfig()
+    p = params if isinstance(params, module.Params) else make_params(module, params)
+    inputs = inputs if inputs is not None else [{}]
+    reqs = make_requests(module, p, inputs)
+    sh = module.init_shared(p)
+    n = len(reqs)
+    module_file = module.__file__
+    per_request = [s for s in module.STAGES if not s[2]]
+    arbiters = [s for s in module.STAGES if s[2]]
+    records: list[list] = [[] for _ in range(n)]
+    iteration = [0] * n
+    rng = random.Random(seed)
+    running = list(range(min(n, workers or n)))
+    queue_head = len(running)
+
+    def run_stage(r, stage) -> bool:
+        name, index, _, guard, body, trace_index, trace = stage
+        try:
+            if guard(r, sh, p):
+                body(r, sh, p)
+                if trace is not None:
+                    records[r.xl_id].append((r.xl_id, iteration[r.xl_id], trace_index, index, *trace(r)))
+        except XlRuntimeError as exc:
+            records[r.xl_id].append((r.xl_id, iteration[r.xl_id], KIND_ERROR, index, exc.code,
+                                     _error_line(exc, module_file)))
+            return False
+        return True
+
+    def step(req_id: int) -> bool:
+        """One iteration of a request; False when it has ended."""
+        r = reqs[req_id]
+        if iteration[req_id] >= config.max_rounds:
+            records[req_id].append((req_id, iteration[req_id], KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
+            return False
+        if not all(run_stage(r, stage) for stage in per_request + arbiters):
+            return False
+        try:
+            done = module.is_done(r, sh, p)
+        except XlRuntimeError as exc:
+            records[req_id].append((req_id, iteration[req_id], KIND_ERROR, NO_STAGE, exc.code,
+                                    _error_line(exc, module_file)))
+            return False
+        if done:
+            records[req_id].append((req_id, iteration[req_id], KIND_DONE, NO_STAGE))
+            return False
+        iteration[req_id] += 1
+        return True
+
+    while running:
+        slot = rng.randrange(len(running))
+        if not step(running[slot]):
+            if queue_head < n:
+                running[slot] = queue_head
+                queue_head += 1
+            else:
+                running.pop(slot)
+
+    req_dtype, shared_dtype = module_dtypes(module)
+    flat = [rec for per in records for rec in per]
+    table = np.zeros((len(flat), record_width(module)), dtype=np.uint32)
+    for i, rec in enumerate(flat):
+        table[i, : len(rec)] = rec
+    return RunResult(
+        records=table,
+        requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
+        shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype),
+        rounds=max(iteration, default=0),
+        backend="sim-interleaved",
+    )
+
+
 def canonical_words(arr: np.ndarray) -> np.ndarray:
     """A structured array as raw u32 words with NaNs canonicalised (for bitwise comparison)."""
     if arr.dtype.names is None:
