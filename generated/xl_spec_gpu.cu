@@ -100,9 +100,22 @@ __device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags)
     return aborted == 0;
 }
 
-// Copy a request between global memory and the warp's shared-memory slot.
-__device__ __forceinline__ void xl_copy_words(uint32_t* dst, const uint32_t* src, int lane) {
-    for (int w = lane; w < XL_REQUEST_WORDS; w += 32) dst[w] = src[w];
+// Copy a request between global memory and the warp's shared-memory slot. Each
+// lane loads a batch of words before storing any: a plain word-by-word loop
+// waits out one global-memory latency per word (dst and src might alias).
+constexpr int XL_COPY_BATCH = 16;
+__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int lane) {
+    for (int base = lane; base < XL_REQUEST_WORDS; base += 32 * XL_COPY_BATCH) {
+        uint32_t v[XL_COPY_BATCH];
+#pragma unroll
+        for (int b = 0; b < XL_COPY_BATCH; ++b) {
+            if (base + 32 * b < XL_REQUEST_WORDS) v[b] = src[base + 32 * b];
+        }
+#pragma unroll
+        for (int b = 0; b < XL_COPY_BATCH; ++b) {
+            if (base + 32 * b < XL_REQUEST_WORDS) dst[base + 32 * b] = v[b];
+        }
+    }
     __syncwarp();
 }
 
@@ -217,28 +230,30 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
             if (lane == 0) keep[i] = alive ? 1 : 0;
         }
         if (!xl_grid_sync(ctl, host_flags)) return;
-        if (XL_NUM_ARBITERS > 0) {
-            // Phase 2: arbiters, one thread, in request-id order.
-            if (blockIdx.x == 0 && threadIdx.x == 0) {
-                for (int a = 0; a < XL_NUM_ARBITERS; ++a) {
-                    const int stage = arbiter_stage_index(a);
-                    for (int32_t i = 0; i < n_active; ++i) {
-                        if (!keep[i]) continue;
-                        const int32_t id = active[i];
-                        where[0] = XlWhere{id, round, stage, 0};
-                        if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[i] = 0;
+        // Phase 2, in block 0 alone while the other blocks wait at the next barrier (two
+        // grid barriers per round, arbiters or not): the arbiters, by one thread in
+        // request-id order; the retire checks, by the block's threads; admission.
+        if (blockIdx.x == 0) {
+            if (XL_NUM_ARBITERS > 0) {
+                if (threadIdx.x == 0) {
+                    for (int a = 0; a < XL_NUM_ARBITERS; ++a) {
+                        const int stage = arbiter_stage_index(a);
+                        for (int32_t i = 0; i < n_active; ++i) {
+                            if (!keep[i]) continue;
+                            const int32_t id = active[i];
+                            where[0] = XlWhere{id, round, stage, 0};
+                            if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[i] = 0;
+                        }
                     }
                 }
-                __threadfence();
+                __syncthreads();
+                for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x) {
+                    if (keep[i]) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+                }
+                __syncthreads();
             }
-            if (!xl_grid_sync(ctl, host_flags)) return;
-            // Retire checks, in parallel again.
-            for (int32_t i = gwarp; i < n_active; i += nwarps) {
-                if (lane == 0 && keep[i]) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
-            }
-            if (!xl_grid_sync(ctl, host_flags)) return;
+            xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
         }
-        if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
         if (!xl_grid_sync(ctl, host_flags)) return;
     }
 }

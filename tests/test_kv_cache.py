@@ -167,6 +167,26 @@ def test_grafting_borrows_the_shared_prefix_and_skips_it(compiled):
             assert reqs["prefill_tokens"][i] == reqs["prompt_len"][i]
 
 
+def test_priority_aware_eviction_spares_the_high_priority_request(compiled):
+    """Three requests through an 8-page pool (priorities 2, 3, 0). Request 0 runs; 1
+    and 2 stall with committed pages and both are candidates when 0 needs a page.
+    LRU takes the page used longest ago, request 1's; priority-aware eviction takes
+    the low-priority request 2's instead, and request 1 never misses."""
+    constant = compiled.sim_module().Profile.CONSTANT
+    inputs = [{"seed": 10 + i, "prompt_len": p, "max_new_tokens": n, "profile": constant,
+               "base_acceptance": 1.0, "priority": prio}
+              for i, (p, n, prio) in enumerate([(32, 24, 2), (16, 48, 3), (32, 24, 0)])]
+    misses = {}
+    for policy in (0, 1):
+        params = {"pool_pages": 8, "eviction_policy": policy, **KV_ON}
+        result, observer = _run_sim(compiled, params, inputs, 3)
+        assert_invariants(result, 8, observer)
+        _check_tokens(result, inputs, params)
+        misses[policy] = result.requests["kv_miss_pages"].tolist()
+    assert misses[0][1] > 0 and misses[1][1] == 0, misses
+    assert misses[0][2] > 0 and misses[1][2] > 0, misses
+
+
 def test_stalled_pinned_requests_yield_instead_of_deadlocking(compiled):
     make, params, max_active = SCENARIOS["pinned_deadlock"]
     result, _ = _run_sim(compiled, params, make(compiled.sim_module()), max_active)

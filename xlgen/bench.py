@@ -143,6 +143,16 @@ def speculation_metrics(program, result: RunResult) -> dict:
     return out
 
 
+def kv_metrics_of_run(compiled, workload, result: RunResult) -> dict:
+    """The KV cache's residency metrics (xlgen.kv_report.kv_metrics) when the run has
+    kv_manage trace records: kv_hit_rate, fragmentation_ratio, kv_misses, kv_waits,
+    evictions_decode / _recompute / _yield, peak_live_pages; {} otherwise."""
+    from .kv_report import kv_metrics, kv_settings
+
+    module = compiled.sim_module()
+    return kv_metrics(compiled.program, result, kv_settings(module, workload.params).page_tokens)
+
+
 def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
     import cupy
 
@@ -171,6 +181,7 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
     if reference is not None:
         metrics.update(speculation_metrics(compiled.program, reference))
         metrics.update(latency_metrics(compiled.program, reference))
+        metrics.update(kv_metrics_of_run(compiled, workload, reference))
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = name.decode() if isinstance(name, bytes) else str(name)
     return BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)

@@ -156,7 +156,7 @@ def build(file, out_dir, check_only):
 BACKENDS = ("sim", "cpu", "gpu", "gpu-fast")
 
 
-def _prepare(file, workload_name, count, max_active):
+def _prepare(file, workload_name, count, max_active, param_overrides=()):
     """Check and generate FILE, and load the workload against its simulator."""
     from .build import load
     from .workload import WorkloadError, load as load_workload, resolve
@@ -179,7 +179,50 @@ def _prepare(file, workload_name, count, max_active):
         workload.inputs = [dict(workload.inputs[i % len(workload.inputs)]) for i in range(count)]
     if max_active is not None:
         workload.config.max_active = max_active
+    for item in param_overrides:
+        name, value = _parse_param(module, item)
+        workload.params[name] = value
     return compiled, module, workload
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _parse_param(module, item: str):
+    """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores."""
+    from .diagnostics import did_you_mean
+    from .runtime.sim import coerce, param_word
+    from .workload import WorkloadError, _enum_value
+
+    name, sep, text = (part.strip() for part in item.partition("="))
+    if not sep or not name or not text:
+        raise click.UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param fixed_block=8")
+    types = module.Params.TYPES
+    if name not in types:
+        valid = ", ".join(types) if types else "none"
+        raise click.UsageError(f"--param {name}: not a launch parameter of pipeline {module.PIPELINE}"
+                               f"{did_you_mean(name, types)} (its parameters: {valid})")
+    t = types[name]
+    if t == "bool":
+        if text.lower() not in _TRUE + _FALSE:
+            raise click.UsageError(f"--param {name}={text}: {name} is a bool; give true or false")
+        return name, text.lower() in _TRUE
+    word = param_word(t)
+    try:
+        value = float(text) if word == "f" else (int(text) if text.lstrip("+-").isdigit() else int(text, 0))
+    except ValueError:
+        try:
+            value = _enum_value(module, text) if word != "f" else None
+        except WorkloadError:
+            value = None
+        if not isinstance(value, int):
+            kind = "a number" if word == "f" else "an integer" + (" or a member name" if t not in ("i32", "u32") else "")
+            raise click.UsageError(f"--param {name}={text}: {name} is {t}; give {kind}") from None
+    try:
+        coerce(value, word)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise click.UsageError(f"--param {name}={text}: {exc}") from None
+    return name, value
 
 
 def _run_backend(backend: str, compiled, workload, timeout: float = 120.0):
@@ -213,10 +256,13 @@ def _summary(compiled, result) -> str:
 
 _WORKLOAD_OPTIONS = [
     click.option("-w", "--workload", "workload_name", default=None,
-                 help="A workload JSON file, or the name of a bundled one (workloads/NAME.json: small, mixed). "
-                      "Default: 8 requests with the declared initial values."),
+                 help="A workload JSON file, or the name of a bundled one (workloads/NAME.json: small, mixed, "
+                      "kv_pressure). Default: 8 requests with the declared initial values."),
     click.option("--count", type=int, default=None, help="Use this many requests (the workload's, repeated)."),
     click.option("--max-active", type=int, default=None, help="Batch capacity: requests resident at once."),
+    click.option("--param", "param_overrides", multiple=True, metavar="NAME=VALUE",
+                 help="Set a launch parameter over the workload's params (repeatable): "
+                      "--param fixed_block=8 --param kv_cache=true."),
 ]
 
 
@@ -226,24 +272,81 @@ def _workload_options(fn):
     return fn
 
 
+_KV_OPTIONS = [
+    click.option("--kv-report", "kv_report", is_flag=True,
+                 help="After the run, print the KV cache's residency report: hit rate, fragmentation, "
+                      "misses, waits, evictions by cause (docs/kv_cache.md)."),
+    click.option("--kv-plot", "kv_plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                 metavar="PATH", help="Write a PNG of the KV pool's occupancy per round: committed, draft and "
+                                      "free pages, and the pressure threshold."),
+]
+
+
+def _kv_options(fn):
+    for option in reversed(_KV_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _kv_outputs(compiled, module, workload, result, show_report: bool, plot_path) -> None:
+    """--kv-report and --kv-plot, after a run; one line saying why when the run has no KV cache."""
+    if not show_report and plot_path is None:
+        return
+    from .kv_report import format_report, kv_settings, no_report_reason, plot_occupancy, report, residency
+
+    why = no_report_reason(compiled.program, result)
+    if why is not None:
+        hint = ""
+        if "kv_cache" in module.Params.TYPES and not kv_settings(module, workload.params).kv_cache:
+            hint = "; turn it on with --param kv_cache=true"
+        click.echo(f"kv report: {why}{hint}" + ("; no plot written" if plot_path is not None else ""))
+        return
+    kv = kv_settings(module, workload.params)
+    r = report(compiled.program, result, kv.page_tokens)
+    if show_report:
+        policy = {0: "LRU", 1: "priority-aware"}.get(kv.eviction_policy, str(kv.eviction_policy))
+        click.echo(f"KV cache: pool of {kv.pool_pages} pages x {kv.page_tokens} tokens, pressure above "
+                   f"{kv.threshold_pages:.1f} live pages, eviction {policy}")
+        click.echo(f"  {format_report(r)}")
+        ev = r.evictions
+        click.echo(f"  evictions by cause: decode {ev['decode']} (draft pages for a block), "
+                   f"recompute {ev['recompute']} (missed pages got back), yield {ev['yield']} (no-deadlock yields)")
+    if plot_path is not None:
+        title = (f"KV occupancy, {workload.name}: kv_hit_rate {r.kv_hit_rate:.3f}, "
+                 f"fragmentation_ratio {r.fragmentation_ratio:.3f}")
+        try:
+            plot_occupancy(residency(compiled.program, result), kv.pool_pages, kv.pressure_threshold, plot_path,
+                           title=title)
+        except ImportError:
+            raise click.UsageError("--kv-plot needs matplotlib (pip install matplotlib)") from None
+        except OSError as exc:
+            raise click.UsageError(f"--kv-plot {plot_path}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {plot_path}")
+
+
 @main.command(epilog="""\b
 Examples:
   xlgen sim stages/xl_spec.xl -w small              # a bundled workload
   xlgen sim stages/xl_spec.xl -w mixed --show n_out,total_accepted
   xlgen sim my.xl -w my_requests.json --trace      # print every trace record
+  xlgen sim stages/xl_spec.xl -w kv_pressure --kv-report               # KV cache residency report
+  xlgen sim stages/xl_spec.xl -w kv_pressure --kv-plot kv.png          # KV occupancy per round
+  xlgen sim stages/xl_spec.xl -w kv_pressure --param fixed_block=8 --param eviction_policy=1 --kv-report
+  xlgen sim stages/xl_spec.xl -w mixed --param kv_cache=true --param pool_pages=256 --kv-report
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--show", default=None, help="Comma-separated request fields to print per request.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
+@_kv_options
 @_friendly
-def sim(file, workload_name, count, max_active, show, show_trace):
+def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot):
     """Run FILE's simulator (the executable specification) on a workload."""
     from .diff import describe_record
     from .runtime import sim as engine
     from .runtime.sim import KIND_DONE, KIND_ERROR
 
-    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     total = len(workload.inputs)
     with click.progressbar(length=total, label=f"simulating {total} requests", file=sys.stderr) as bar:
         last = [0]
@@ -274,6 +377,7 @@ def sim(file, workload_name, count, max_active, show, show_trace):
         for rec in result.records:
             click.echo(describe_record(compiled.program, rec))
     click.echo(_summary(compiled, result))
+    _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
 
 
 @main.command(epilog="""\b
@@ -281,6 +385,7 @@ Examples:
   xlgen diff stages/xl_spec.xl -w small                 # simulator vs CPU build (and GPU if present)
   xlgen diff stages/xl_spec.xl -w mixed --backend cpu
   xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
+  xlgen diff stages/xl_spec.xl -w kv_pressure --param eviction_policy=1
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -288,7 +393,7 @@ Examples:
               help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
                    "(default: cpu, plus gpu when a GPU is present).")
 @_friendly
-def diff(file, workload_name, count, max_active, backends):
+def diff(file, workload_name, count, max_active, param_overrides, backends):
     """Run FILE on the simulator and other backends and compare their traces bit for bit.
 
     Deterministic backends must match the simulator's traces and final state
@@ -298,7 +403,7 @@ def diff(file, workload_name, count, max_active, backends):
     """
     from .diff import committed_output_fields, compare, compare_results
 
-    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if backends is None:
         from .runtime import gpu
 
@@ -330,21 +435,31 @@ def diff(file, workload_name, count, max_active, backends):
 Examples:
   xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
   xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
+  xlgen run stages/xl_spec.xl -w kv_pressure --kv-report --kv-plot kv.png
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
+@_kv_options
 @_friendly
-def run_gpu(file, workload_name, count, max_active, mode, timeout):
-    """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload)."""
-    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot):
+    """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
+
+    --kv-report and --kv-plot need deterministic mode: in fast mode a trace
+    record carries its request's own iteration, not a round of the whole batch.
+    """
+    if mode == "fast" and (kv_report or kv_plot is not None):
+        raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
+                               "no batch-wide rounds)")
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]
     click.echo(_summary(compiled, result))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
                f"{timing.barriers} grid barriers")
+    _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
 
 
 @main.command(epilog="""\b
@@ -370,6 +485,7 @@ def demo(workload_name, out_dir, use_gpu):
 Examples:
   xlgen bench stages/xl_spec.xl -w mixed
   xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
+  xlgen bench stages/xl_spec.xl -w kv_pressure          # with the KV cache's metrics
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -377,14 +493,14 @@ Examples:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
 @_friendly
-def bench(file, workload_name, count, max_active, repeats, json_path, md_path):
+def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path):
     """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU)."""
     from .bench import run_bench, save
     from .runtime import gpu
 
     if not gpu.available():
         raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
-    compiled, module, workload = _prepare(file, workload_name, count, max_active)
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     report = run_bench(compiled, workload, repeats=repeats)
     click.echo(report.table())
     if json_path:

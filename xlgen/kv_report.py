@@ -107,3 +107,110 @@ def format_report(r: KvReport) -> str:
     return (f"rounds {r.rounds}  peak live {r.peak_live}  mean live {r.mean_live:.1f}  "
             f"fragmentation {r.fragmentation_ratio:.3f}  kv_hit_rate {r.kv_hit_rate:.3f}  "
             f"misses {r.misses} ({r.miss_pages} pages)  waits {r.waits}  evictions: {ev}  oversize {r.oversize}")
+
+
+# ---- the report of one run: availability, launch settings, metrics, occupancy plot ----
+
+# Request and shared fields the report reads besides the kv_manage trace.
+REQUEST_FIELDS = ("kv_hits", "kv_misses", "kv_miss_pages", "kv_waits", "kv_oversize")
+SHARED_FIELDS = ("kv_evict_decode", "kv_evict_recompute", "kv_yields")
+MAX_PAGES = 16384  # stages/kv_state.xl: capacity of the pool arrays; pool_pages is clamped to it
+
+
+@dataclass
+class KvSettings:
+    """The KV cache's launch parameters as a run used them, as the arbiter reads them."""
+    kv_cache: bool
+    page_tokens: int  # at least 1
+    pool_pages: int  # clamped to 1..MAX_PAGES
+    pressure_threshold: float  # kv_pressure_threshold: a fraction of the pool
+    eviction_policy: int  # 0 LRU, 1 priority-aware
+
+    @property
+    def threshold_pages(self) -> float:
+        """KV_PRESSURE is set while live pages exceed this many (binary32, as kv_manage computes it)."""
+        return float(np.float32(self.pressure_threshold) * np.float32(self.pool_pages))
+
+
+def kv_settings(module, params=None) -> KvSettings:
+    """The KV launch parameters of a run: `params` is a dict of overrides (a workload's
+    `params`) or the simulator module's `Params`; the rest keep their declared defaults
+    (stages/kv_state.xl's defaults where the pipeline does not declare them)."""
+    from .names import py
+    from .runtime.sim import make_params
+
+    p = params if isinstance(params, module.Params) else make_params(module, params)
+
+    def get(name, default):
+        return getattr(p, py(name)) if name in module.Params.TYPES else default
+
+    return KvSettings(
+        kv_cache=bool(get("kv_cache", False)),
+        page_tokens=max(int(get("page_tokens", 16)), 1),
+        pool_pages=min(max(int(get("pool_pages", MAX_PAGES)), 1), MAX_PAGES),
+        pressure_threshold=float(get("kv_pressure_threshold", 0.85)),
+        eviction_policy=int(get("eviction_policy", 0)),
+    )
+
+
+def no_report_reason(program: ir.Program, result: RunResult) -> str | None:
+    """Why there is no residency report for this run (one line), or None when there is."""
+    trace = next((t for t in program.traces if t.stage == "kv_manage"), None)
+    if trace is None:
+        return f"pipeline {program.name} has no traced kv_manage stage: there is no KV cache to report on"
+    missing = [f for f in SNAP_FIELDS if f not in trace.fields]
+    missing += [f for f in REQUEST_FIELDS if f not in (result.requests.dtype.names or ())]
+    missing += [f for f in SHARED_FIELDS if f not in (result.shared.dtype.names or ())]
+    if missing:
+        return (f"pipeline {program.name}'s kv_manage is not the bundled KV cache's "
+                f"(the report reads {', '.join(missing)}; see stages/kv.xl)")
+    if len(result.records) == 0 or not (result.records[:, 2] == trace.index).any():
+        return "the KV cache was off in this run (no kv_manage trace records)"
+    return None
+
+
+def kv_metrics(program: ir.Program, result: RunResult, page_tokens: int = 16) -> dict:
+    """The report as flat benchmark metrics; {} when the run has no KV cache activity."""
+    if no_report_reason(program, result) is not None:
+        return {}
+    r = report(program, result, page_tokens)
+    return {
+        "kv_hit_rate": r.kv_hit_rate,
+        "fragmentation_ratio": r.fragmentation_ratio,
+        "kv_misses": r.misses,
+        "kv_waits": r.waits,
+        **{f"evictions_{cause}": n for cause, n in r.evictions.items()},
+        "peak_live_pages": r.peak_live,
+    }
+
+
+COLORS = {"committed": "#1f77b4", "draft": "#ff7f0e", "free": "#e0e0e0", "threshold": "#d62728"}
+
+
+def plot_occupancy(res: Residency, pool_pages: int, threshold: float, path, title: str | None = None) -> None:
+    """The pool at the end of each round: committed, draft and free pages stacked (they
+    add up to pool_pages), and a line at the pressure threshold, `threshold` (the
+    kv_pressure_threshold fraction) x pool_pages. Writes a PNG (matplotlib, Agg backend);
+    raises ImportError when matplotlib is missing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.stackplot(res.rounds, res.committed, res.draft, res.free, step="post",
+                 labels=["committed pages", "draft pages", "free pages"],
+                 colors=[COLORS["committed"], COLORS["draft"], COLORS["free"]])
+    limit = float(np.float32(threshold) * np.float32(pool_pages))
+    ax.axhline(limit, color=COLORS["threshold"], ls="--", lw=1.2,
+               label=f"pressure threshold {threshold:.2f} x {pool_pages} = {limit:.1f} pages")
+    ax.set_xlim(int(res.rounds[0]) if len(res.rounds) else 0, int(res.rounds[-1]) if len(res.rounds) > 1 else 1)
+    ax.set_ylim(0, pool_pages * 1.04)
+    ax.set_xlabel("round")
+    ax.set_ylabel("pages (pool at the end of the round)")
+    ax.set_title(title or "KV cache occupancy")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
