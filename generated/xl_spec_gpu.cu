@@ -103,7 +103,9 @@ __device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags)
 // Copy a request between global memory and the warp's shared-memory slot. Each
 // lane loads a batch of words before storing any: a plain word-by-word loop
 // waits out one global-memory latency per word (dst and src might alias).
-constexpr int XL_COPY_BATCH = 16;
+#ifndef XL_COPY_BATCH
+#define XL_COPY_BATCH 16
+#endif
 __device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int lane) {
     for (int base = lane; base < XL_REQUEST_WORDS; base += 32 * XL_COPY_BATCH) {
         uint32_t v[XL_COPY_BATCH];
@@ -215,19 +217,26 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         const int32_t round = vctl->round;
         const int32_t* active = active_lists + (vctl->parity ? list_len : 0);
         int32_t* next = active_lists + (vctl->parity ? 0 : list_len);
-        // Phase 1: per-request stages, one warp per request, in parallel. Without
-        // arbiters nothing can change a request after its stages, so the warp also
-        // decides whether it retires.
+        // Phase 1: per-request stages, one warp per request, in parallel. keep[i]:
+        // 0 failed or retired; 1 running (retire check done); 2 takes an arbiter turn,
+        // then the retire check; 3 no turn, but the retire check waits for the
+        // arbiters (`done when` reads shared state). Without a turn nothing can change
+        // the request after its stages, so the warp retires it itself when it can.
         for (int32_t i = gwarp; i < n_active; i += nwarps) {
             const int32_t id = active[i];
             uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
             xl_copy_words(slot, global_words, lane);
             if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
-            bool alive = run_request_stages(r, *sh, p, id, round, sink, lane == 0);
+            const bool alive = run_request_stages(r, *sh, p, id, round, sink, lane == 0);
             __syncwarp();
-            if (XL_NUM_ARBITERS == 0 && alive && lane == 0) alive = retire_check(r, *sh, p, id, round, sink) == 0;
+            int8_t k = 0;
+            if (alive && lane == 0) {
+                if (XL_NUM_ARBITERS > 0 && arbiter_may_run(r, *sh, p, id)) k = 2;
+                else if (XL_NUM_ARBITERS > 0 && XL_DONE_READS_SHARED) k = 3;
+                else k = retire_check(r, *sh, p, id, round, sink) == 0 ? 1 : 0;
+            }
             xl_copy_words(global_words, slot, lane);
-            if (lane == 0) keep[i] = alive ? 1 : 0;
+            if (lane == 0) keep[i] = k;
         }
         if (!xl_grid_sync(ctl, host_flags)) return;
         // Phase 2, in block 0 alone while the other blocks wait at the next barrier (two
@@ -239,7 +248,7 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
                     for (int a = 0; a < XL_NUM_ARBITERS; ++a) {
                         const int stage = arbiter_stage_index(a);
                         for (int32_t i = 0; i < n_active; ++i) {
-                            if (!keep[i]) continue;
+                            if (keep[i] != 2) continue;
                             const int32_t id = active[i];
                             where[0] = XlWhere{id, round, stage, 0};
                             if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[i] = 0;
@@ -248,7 +257,7 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
                 }
                 __syncthreads();
                 for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x) {
-                    if (keep[i]) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+                    if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
                 }
                 __syncthreads();
             }
@@ -296,7 +305,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
             if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
             if (!run_request_stages(r, *sh, p, id, round, sink, lane == 0)) break;
             __syncwarp();
-            if (XL_NUM_ARBITERS > 0) {
+            if (XL_NUM_ARBITERS > 0 && arbiter_may_run(r, *sh, p, id)) {  // the same on every lane
                 xl_copy_words(global_words, slot, lane);
                 if (lane == 0) {  // arbiters under a global lock
                     unsigned int spins = 0;
@@ -458,9 +467,11 @@ extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {
     const int32_t round = ctl->round;
     const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    for (int32_t i = 0; i < n_active; ++i)  // as in the mega-kernel: who takes a turn
+        if (keep[i] && arbiter_may_run(reqs[active[i]], *sh, p, active[i])) keep[i] = 2;
     for (int a = 0; a < XL_NUM_ARBITERS; ++a)
         for (int32_t i = 0; i < n_active; ++i)
-            if (keep[i] && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink)) keep[i] = 0;
+            if (keep[i] == 2 && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink)) keep[i] = 0;
 }
 
 extern "C" __global__ void xl_step_retire(XL_STEP_PARAMS) {

@@ -1032,9 +1032,21 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
 }
 
 constexpr int XL_NUM_ARBITERS = 1;
+constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
     const int indices[1] = {4};
     return indices[i];
+}
+
+// Whether any arbiter may run for this request this round. An arbiter writes only
+// its own request and shared state, so a guard that reads no shared state has the
+// same value before the arbiter phase as at the request's turn in it: the GPU
+// evaluates these in parallel and skips the request's serial turn (and, in fast
+// mode, the lock) when none holds. A guard that fails says yes: the turn reports it.
+XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    XlErr err = {0, 0, 0};
+    if (guard_kv_manage(err, r, sh, p, req_id) || err.code) return true;
+    return false;
 }
 
 // Retire check: 1 done, 0 still running, -1 failed (error record written).

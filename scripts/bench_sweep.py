@@ -5,8 +5,10 @@
 Variants: the persistent mega-kernel (deterministic, fast) and the baselines
 generated from the same IR (host-launched loop, CUDA-graph replay), on the
 bundled pipeline with synthetic models. Sweeps: batch size, gamma (fixed block
-size), acceptance rate, policy (ASBS vs fixed B), KV pressure; plus the ballot
-verify's cost against the acceptance rate, and PyTorch's verify step.
+size), acceptance rate, policy (ASBS vs fixed B), the paged KV cache (off, an
+ample pool, a pool too small); plus the ballot verify's cost against the
+acceptance rate, and PyTorch's verify step. XLGEN_SWEEP=quick runs the target
+point and the KV points only.
 """
 
 from __future__ import annotations
@@ -39,13 +41,17 @@ def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def workload(batch, gamma=8, acceptance=0.6, policy="fixed", tokens=256, pressure=False, profile="CONSTANT"):
+def workload(batch, gamma=8, acceptance=0.6, policy="fixed", tokens=256, profile="CONSTANT", kv_pool=None,
+             eviction_policy=0):
+    """kv_pool: None leaves the paged KV cache off; else it is on with a pool of that many pages."""
     fields = {"seed": {"counter": 11}, "prompt_len": {"uniform": [32, 128]}, "max_new_tokens": tokens,
-              "profile": profile, "base_acceptance": acceptance}
-    if pressure:
-        fields["req_flags"] = 1  # KV_PRESSURE (bit 0): ASBS caps B at kv_pressure_cap
+              "profile": profile, "base_acceptance": acceptance, "priority": {"uniform": [0, 3]}}
     params = {"fixed_block": gamma if policy == "fixed" else 0, "vocab": 32000}
-    return from_dict({"name": f"B={batch} gamma={gamma} acc={acceptance} {policy}{' pressure' if pressure else ''}",
+    kv = ""
+    if kv_pool is not None:
+        params |= {"kv_cache": True, "pool_pages": kv_pool, "eviction_policy": eviction_policy}
+        kv = f" kv pool {kv_pool}{' priority' if eviction_policy else ''}"
+    return from_dict({"name": f"B={batch} gamma={gamma} acc={acceptance} {policy}{kv}",
                       "seed": batch, "launch": {"max_active": batch, "max_rounds": 100000}, "params": params,
                       "generate": {"count": batch, "fields": fields}}, module)
 
@@ -60,6 +66,36 @@ def point(label, w):
 
 # The target point: B=32, gamma=8, 256 new tokens per request.
 results["target"] = point("target", workload(32, gamma=8))
+
+# The paged KV cache: off; on with a pool that never fills (its cost: kv_manage runs
+# serially for every request, every round); on with a pool of 256 pages, about 40% of
+# what 32 requests of up to 128 + 256 tokens need (waits, evictions, KV_PRESSURE):
+# ASBS vs fixed B=8, LRU vs priority-aware eviction.
+TIGHT_POOL = 256
+for key, w in (("off", workload(32, policy="asbs", acceptance=0.9)),
+               ("ample", workload(32, policy="asbs", acceptance=0.9, kv_pool=16384)),
+               ("tight_asbs", workload(32, policy="asbs", acceptance=0.9, kv_pool=TIGHT_POOL)),
+               ("tight_fixed8", workload(32, gamma=8, acceptance=0.9, kv_pool=TIGHT_POOL)),
+               ("tight_asbs_priority", workload(32, policy="asbs", acceptance=0.9, kv_pool=TIGHT_POOL,
+                                                eviction_policy=1))):
+    results["sweeps"].setdefault("kv", {})[key] = point(f"KV {key}", w)
+
+# KV occupancy over time on the GPU (deterministic mode: the simulator's trace).
+from xlgen.kv_report import plot_occupancy, residency  # noqa: E402
+
+w = workload(32, policy="asbs", acceptance=0.9, kv_pool=TIGHT_POOL)
+r = gpu.run(compiled, w.params, w.inputs, w.config)
+m = results["sweeps"]["kv"]["tight_asbs"]["metrics"]
+plot_occupancy(residency(compiled.program, r), TIGHT_POOL, 0.85, OUT / "kv_occupancy_gpu.png",
+               title=f"KV pool occupancy on the GPU: 32 requests, {TIGHT_POOL}-page pool, ASBS\n"
+                     f"kv_hit_rate {m.get('kv_hit_rate', float('nan')):.3f}, "
+                     f"fragmentation_ratio {m.get('fragmentation_ratio', float('nan')):.3f}")
+if os.environ.get("XLGEN_SWEEP") == "quick":  # the target and KV points only
+    with open(OUT / "bench.json", "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    print(results["target"]["table"])
+    sys.exit(0)
+
 for batch in (1, 8, 32, 128, 1024):
     results["sweeps"].setdefault("batch", {})[batch] = point(f"batch {batch}", workload(batch))
 for gamma in (4, 8, 16, 64, 128):
@@ -70,9 +106,6 @@ for policy, gamma in (("asbs", 8), ("fixed", 4), ("fixed", 8)):
     key = f"{policy}{'' if policy == 'asbs' else gamma}"
     results["sweeps"].setdefault("policy", {})[key] = point(f"policy {key}", workload(32, gamma=gamma, policy=policy,
                                                                                        profile="STRUCTURED"))
-for pressure in (False, True):
-    results["sweeps"].setdefault("kv_pressure_flag", {})[str(pressure)] = point(
-        f"KV_PRESSURE flag {pressure}", workload(32, policy="asbs", acceptance=0.9, pressure=pressure))
 
 # What a round of the mega-kernel costs without work: a one-stage counter pipeline
 # at the grid sizes the sweeps use (2 grid barriers per round).

@@ -288,6 +288,12 @@ def _kv_options(fn):
     return fn
 
 
+def _check_plot_path(plot_path) -> None:
+    """Fail before a long run, not after it, when the plot cannot be written there."""
+    if plot_path is not None and not plot_path.resolve().parent.is_dir():
+        raise click.UsageError(f"--kv-plot {plot_path}: no such directory {plot_path.parent}")
+
+
 def _kv_outputs(compiled, module, workload, result, show_report: bool, plot_path) -> None:
     """--kv-report and --kv-plot, after a run; one line saying why when the run has no KV cache."""
     if not show_report and plot_path is None:
@@ -296,10 +302,9 @@ def _kv_outputs(compiled, module, workload, result, show_report: bool, plot_path
 
     why = no_report_reason(compiled.program, result)
     if why is not None:
-        hint = ""
-        if "kv_cache" in module.Params.TYPES and not kv_settings(module, workload.params).kv_cache:
-            hint = "; turn it on with --param kv_cache=true"
-        click.echo(f"kv report: {why}{hint}" + ("; no plot written" if plot_path is not None else ""))
+        if why.startswith("no kv_manage") and not kv_settings(module, workload.params).kv_cache:
+            why = "the KV cache was off in this run (launch param kv_cache is false; --param kv_cache=true turns it on)"
+        click.echo(f"kv report: {why}" + ("; no plot written" if plot_path is not None else ""))
         return
     kv = kv_settings(module, workload.params)
     r = report(compiled.program, result, kv.page_tokens)
@@ -346,6 +351,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     from .runtime import sim as engine
     from .runtime.sim import KIND_DONE, KIND_ERROR
 
+    _check_plot_path(kv_plot)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     total = len(workload.inputs)
     with click.progressbar(length=total, label=f"simulating {total} requests", file=sys.stderr) as bar:
@@ -453,6 +459,7 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
+    _check_plot_path(kv_plot)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]

@@ -119,10 +119,13 @@ def compare_results(program: ir.Program, a: RunResult, b: RunResult, fields=None
     """For fast mode, whose traces depend on the schedule: compare final request state
     only, and only `fields` when given (e.g. the committed tokens, when other fields
     such as KV bookkeeping legitimately depend on the schedule)."""
+    from numpy.lib.recfunctions import repack_fields
+
     names = list(fields) if fields else list(a.requests.dtype.names)
     for name in names:
-        wa = canonical_words(a.requests[[name]])
-        wb = canonical_words(b.requests[[name]])
+        # repacked: a multi-field index keeps the whole record's bytes (the other fields as padding)
+        wa = canonical_words(repack_fields(a.requests[[name]]))
+        wb = canonical_words(repack_fields(b.requests[[name]]))
         if not np.array_equal(wa, wb):
             row = int(np.argwhere((wa != wb).any(axis=1))[0][0])
             return Divergence(f"final request state differs ({a.backend} vs {b.backend})",

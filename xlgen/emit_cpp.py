@@ -273,7 +273,11 @@ class CppEmitter:
             "shared_words": sum(s.count for s in slots(p.shared_fields)),
             "functions": [self.function(f) for f in p.functions],
             "stages": [self.stage(s, traced.get(s.name)) for s in p.stages],
+            # arbiter_may_run can decide early only when no arbiter guard reads shared state
+            "arbiter_guards_local": all(s.guard is None or not ir.may_read_shared(s.guard)
+                                        for s in p.arbiter_stages),
             "done": done,
+            "done_reads_shared": ir.may_read_shared(p.done),
             "record_words": 4 + max(widths),
         }
 

@@ -161,6 +161,21 @@ class Call(Expr):
     loc: Loc = field(default=NOWHERE, compare=False)
 
 
+def may_read_shared(e: Expr) -> bool:
+    """Whether evaluating `e` may read shared state: a shared variable, or a call of a
+    helper (whose body is not looked into: conservatively yes)."""
+    if isinstance(e, Var):
+        return e.kind == SHARED
+    if isinstance(e, Load):
+        return e.base.kind == SHARED or may_read_shared(e.index)
+    if isinstance(e, Call) and not e.builtin:
+        return True
+    children = {Unary: ("operand",), Binary: ("left", "right"), Select: ("cond", "then", "otherwise"),
+                Cast: ("operand",)}.get(type(e), ())
+    args = e.args if isinstance(e, (Intrinsic, Call)) else ()
+    return any(may_read_shared(getattr(e, name)) for name in children) or any(may_read_shared(a) for a in args)
+
+
 # ---- statements -------------------------------------------------------------------
 
 

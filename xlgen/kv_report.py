@@ -165,7 +165,7 @@ def no_report_reason(program: ir.Program, result: RunResult) -> str | None:
         return (f"pipeline {program.name}'s kv_manage is not the bundled KV cache's "
                 f"(the report reads {', '.join(missing)}; see stages/kv.xl)")
     if len(result.records) == 0 or not (result.records[:, 2] == trace.index).any():
-        return "the KV cache was off in this run (no kv_manage trace records)"
+        return "no kv_manage trace records in this run: the KV cache was off, or no request ran"
     return None
 
 

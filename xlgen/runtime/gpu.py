@@ -7,6 +7,7 @@ CuPy is imported only here, and only when a GPU run is asked for.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ def compile_module(compiled) -> CompiledModule:
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",)
+    # XLGEN_NVRTC_OPTIONS: extra options for experiments (e.g. -DXL_COPY_BATCH=1).
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + tuple(os.environ.get("XLGEN_NVRTC_OPTIONS", "").split())
     source = single_source(compiled)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
