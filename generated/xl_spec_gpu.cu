@@ -61,6 +61,10 @@ constexpr int XL_REQUEST_WORDS = (int)(sizeof(Request) / 4);
 __device__ __forceinline__ bool xl_host_abort(const volatile int32_t* host_flags) { return host_flags[0] != 0; }
 __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile XlControl*)ctl)->aborted != 0; }
 
+#ifndef XL_BARRIER_MAX_SLEEP_NS
+#define XL_BARRIER_MAX_SLEEP_NS 256
+#endif
+
 // A grid-wide barrier (all blocks are co-resident: cooperative launch). Returns
 // false if the host asked to abort while this block waited.
 __device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags) {
@@ -85,13 +89,17 @@ __device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags)
             atomicAdd((unsigned int*)generation, 1u);
         } else {
             unsigned int spins = 0;
+            unsigned int sleep_ns = 32;
             while (*generation == mine) {
                 if ((++spins & 255u) == 0u && (xl_host_abort(host_flags) || ((volatile XlControl*)ctl)->aborted)) {
                     aborted = 1;
                     ctl->aborted = 1;
                     break;
                 }
-                __nanosleep(32);
+                // Backing off keeps a long wait (block 0's serial arbiter turns) from
+                // flooding the L2 slice that holds `generation` with polls.
+                __nanosleep(sleep_ns);
+                if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
             }
         }
         __threadfence();
@@ -188,6 +196,41 @@ __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, con
     __syncthreads();
 }
 
+// One arbiter's turns, in request-id order, by thread 0 of the calling block: only
+// for the requests that take one (keep[i] == 2). The block finds them a chunk at a
+// time with ballots, so a batch where few or none take a turn costs a few block
+// syncs, not a serial pass over every active request.
+__device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Params& p, const int32_t* active,
+                                 int8_t* keep, int32_t n_active, int32_t round, XlSink sink, XlWhere* where) {
+    __shared__ int32_t turns[1024];  // one chunk: blockDim.x <= 1024
+    __shared__ int32_t warp_counts[32];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    for (int32_t start = 0; start < n_active; start += (int32_t)blockDim.x) {
+        const int32_t i = start + (int32_t)threadIdx.x;
+        const bool mine = i < n_active && keep[i] == 2;
+        const unsigned int ballot = __ballot_sync(0xFFFFFFFFu, mine);
+        if (lane == 0) warp_counts[warp] = __popc(ballot);
+        __syncthreads();
+        int32_t offset = 0, total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
+            offset += w < warp ? warp_counts[w] : 0;
+            total += warp_counts[w];
+        }
+        if (mine) turns[offset + __popc(ballot & ((1u << lane) - 1u))] = i;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int32_t t = 0; t < total; ++t) {
+                const int32_t k = turns[t];
+                const int32_t id = active[k];
+                where[0] = XlWhere{id, round, stage, 0};
+                if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[k] = 0;
+            }
+        }
+        __syncthreads();
+    }
+}
+
 extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                                 XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
@@ -244,18 +287,8 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         // request-id order; the retire checks, by the block's threads; admission.
         if (blockIdx.x == 0) {
             if (XL_NUM_ARBITERS > 0) {
-                if (threadIdx.x == 0) {
-                    for (int a = 0; a < XL_NUM_ARBITERS; ++a) {
-                        const int stage = arbiter_stage_index(a);
-                        for (int32_t i = 0; i < n_active; ++i) {
-                            if (keep[i] != 2) continue;
-                            const int32_t id = active[i];
-                            where[0] = XlWhere{id, round, stage, 0};
-                            if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[i] = 0;
-                        }
-                    }
-                }
-                __syncthreads();
+                for (int a = 0; a < XL_NUM_ARBITERS; ++a) xl_arbiter_turns(arbiter_stage_index(a), reqs, sh, p, active,
+                                                                          keep, n_active, round, sink, where);
                 for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x) {
                     if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
                 }
