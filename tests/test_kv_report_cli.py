@@ -251,3 +251,9 @@ def test_committed_tokens_compare_equal_when_only_kv_bookkeeping_differs(compile
     got.requests["out_tokens"][5, 3] ^= 1
     divergence = compare_results(compiled.program, expected, got, fields)
     assert divergence is not None and "request 5: field out_tokens" in divergence.render()
+
+
+def test_count_zero_is_a_run_of_no_requests():
+    result = invoke("sim", BUNDLED, "-w", "small", "--count", "0")
+    assert result.exit_code == 0, result.output
+    assert "sim: 0 requests, 0 done, 0 failed, 0 rounds" in result.output

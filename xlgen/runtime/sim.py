@@ -127,6 +127,8 @@ def make_params(module, overrides: dict | None):
 
 def to_array(objs, layout, dtype: np.dtype) -> np.ndarray:
     out = np.zeros(len(objs), dtype=dtype)
+    if not objs:  # a run of no requests (numpy cannot shape an empty column of arrays)
+        return out
     for name, attr, word, count, is_array in layout:
         if word == "f":
             column = [getattr(o, attr) for o in objs]
