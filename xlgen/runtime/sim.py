@@ -139,6 +139,27 @@ def to_array(objs, layout, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def _start(module, params, inputs, config):
+    """A run's launch config, params, initial requests and shared state."""
+    config = config or LaunchConfig()
+    p = params if isinstance(params, module.Params) else make_params(module, params)
+    reqs = make_requests(module, p, inputs if inputs is not None else [{}])
+    return config, p, reqs, module.init_shared(p)
+
+
+def _finish(module, records: list[list], reqs, sh, rounds: int, backend: str) -> RunResult:
+    """Per-request record lists, final state -> RunResult (records grouped by request id)."""
+    from ..layout import module_dtypes
+
+    req_dtype, shared_dtype = module_dtypes(module)
+    flat = [rec for per in records for rec in per]
+    table = np.zeros((len(flat), record_width(module)), dtype=np.uint32)
+    for i, rec in enumerate(flat):
+        table[i, : len(rec)] = rec
+    return RunResult(records=table, requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
+                     shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype), rounds=rounds, backend=backend)
+
+
 def run(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
         progress=None, observer=None) -> RunResult:
     """Run the simulator: the reference every other backend is compared against.
@@ -146,15 +167,8 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     `observer(round, requests, shared, active_ids)`, when given, is called after the
     arbiters of every round (before retirement), e.g. to check invariants of shared
     state; it must not modify what it is given."""
-    from ..layout import module_dtypes
-
-    config = config or LaunchConfig()
-    p = params if isinstance(params, module.Params) else make_params(module, params)
-    inputs = inputs if inputs is not None else [{}]
-    reqs = make_requests(module, p, inputs)
-    sh = module.init_shared(p)
+    config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
-    width = record_width(module)
     module_file = module.__file__
 
     per_request = [s for s in module.STAGES if not s[2]]
@@ -220,18 +234,7 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
         if progress is not None:
             progress(queue_head - len(active), n)
 
-    req_dtype, shared_dtype = module_dtypes(module)
-    flat = [rec for per in records for rec in per]
-    table = np.zeros((len(flat), width), dtype=np.uint32)
-    for i, rec in enumerate(flat):
-        table[i, : len(rec)] = rec
-    return RunResult(
-        records=table,
-        requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
-        shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype),
-        rounds=rnd,
-        backend="sim",
-    )
+    return _finish(module, records, reqs, sh, rnd, "sim")
 
 
 def run_interleaved(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
@@ -244,13 +247,7 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
     that depend on the schedule show up here as a difference between seeds, without a GPU."""
     import random
 
-    from ..layout import module_dtypes
-
-    config = config or LaunchConfig()
-    p = params if isinstance(params, module.Params) else make_params(module, params)
-    inputs = inputs if inputs is not None else [{}]
-    reqs = make_requests(module, p, inputs)
-    sh = module.init_shared(p)
+    config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
     module_file = module.__file__
     per_request = [s for s in module.STAGES if not s[2]]
@@ -303,18 +300,7 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
             else:
                 running.pop(slot)
 
-    req_dtype, shared_dtype = module_dtypes(module)
-    flat = [rec for per in records for rec in per]
-    table = np.zeros((len(flat), record_width(module)), dtype=np.uint32)
-    for i, rec in enumerate(flat):
-        table[i, : len(rec)] = rec
-    return RunResult(
-        records=table,
-        requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
-        shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype),
-        rounds=max(iteration, default=0),
-        backend="sim-interleaved",
-    )
+    return _finish(module, records, reqs, sh, max(iteration, default=0), "sim-interleaved")
 
 
 def canonical_words(arr: np.ndarray) -> np.ndarray:
