@@ -10,8 +10,8 @@
 
 using namespace xl_spec;
 
-// GCC 12 at -O2 may report a false -Wstringop-overflow on `failed[id] = 1` below once a
-// program's stages are inlined into the loop (it assumes `id` may be negative). It depends on
+// GCC 12 at -O2 may report a false -Wstringop-overflow on a store into a vector below once a
+// program's stages are inlined into the loop (it assumes an index may be negative). It depends on
 // the program, so under -Werror it would reject valid programs at random (found by fuzzing).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -38,7 +38,6 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
     const Params& p = *params;
     XlSink sink = {records, capacity, count};
     std::vector<int32_t> active;  // kept sorted by request id: admission appends in id order
-    std::vector<char> failed(launch->n_requests > 0 ? launch->n_requests : 1, 0);
     int32_t queue_head = 0;
     int32_t round = 0;
     for (;;) {
@@ -51,15 +50,25 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
             for (int32_t id = queue_head; id < launch->n_requests; ++id) xl_emit_error(sink, id, round, XL_NO_STAGE, watchdog);
             break;
         }
-        for (int32_t id : active)  // phase 1: the grid's warps, one request at a time
-            if (!run_request_stages(reqs[id], *sh, p, id, round, sink, true)) failed[id] = 1;
-        for (int a = 0; a < XL_NUM_ARBITERS; ++a)  // phase 2: arbiters in request-id order
-            for (int32_t id : active)
-                if (!failed[id] && !run_arbiter(arbiter_stage_index(a), reqs[id], *sh, p, id, round, sink)) failed[id] = 1;
+        // The mega-kernel's phases and decisions (gpu.cu.j2), so that fuzzing against the
+        // simulator checks them without a GPU. state: 0 failed or retired, 1 running
+        // (retire check done), 2 takes an arbiter turn, 3 no turn but retires after them.
+        std::vector<int8_t> state(active.size(), 0);
+        for (size_t i = 0; i < active.size(); ++i) {  // phase 1: the grid's warps, one request at a time
+            const int32_t id = active[i];
+            if (!run_request_stages(reqs[id], *sh, p, id, round, sink, true)) continue;
+            if (XL_NUM_ARBITERS > 0 && arbiter_may_run(reqs[id], *sh, p, id)) state[i] = 2;
+            else if (XL_NUM_ARBITERS > 0 && XL_DONE_READS_SHARED) state[i] = 3;
+            else state[i] = retire_check(reqs[id], *sh, p, id, round, sink) == 0 ? 1 : 0;
+        }
+        for (int a = 0; a < XL_NUM_ARBITERS; ++a)  // phase 2: arbiter turns in request-id order
+            for (size_t i = 0; i < active.size(); ++i)
+                if (state[i] == 2 && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink))
+                    state[i] = 0;
         std::vector<int32_t> still_active;  // retire
-        for (int32_t id : active) {
-            if (failed[id]) continue;
-            if (retire_check(reqs[id], *sh, p, id, round, sink) == 0) still_active.push_back(id);
+        for (size_t i = 0; i < active.size(); ++i) {
+            if (state[i] >= 2) state[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0 ? 1 : 0;
+            if (state[i] == 1) still_active.push_back(active[i]);
         }
         active.swap(still_active);
         ++round;
