@@ -160,6 +160,34 @@ def _finish(module, records: list[list], reqs, sh, rounds: int, backend: str) ->
                      shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype), rounds=rounds, backend=backend)
 
 
+def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:
+    """One stage for one request (if its guard holds), appending its trace or error
+    record to the request's records `out`; False when it failed."""
+    name, index, _, guard, body, trace_index, trace = stage
+    try:
+        if guard(r, sh, p):
+            body(r, sh, p)
+            if trace is not None:
+                out.append((r.xl_id, rnd, trace_index, index, *trace(r)))
+    except XlRuntimeError as exc:
+        out.append((r.xl_id, rnd, KIND_ERROR, index, exc.code, _error_line(exc, module.__file__)))
+        return False
+    return True
+
+
+def _retire_check(module, r, sh, p, rnd: int, out: list) -> bool | None:
+    """`done when` for one request: True done (record appended), False still running,
+    None failed (error record appended)."""
+    try:
+        done = module.is_done(r, sh, p)
+    except XlRuntimeError as exc:
+        out.append((r.xl_id, rnd, KIND_ERROR, NO_STAGE, exc.code, _error_line(exc, module.__file__)))
+        return None
+    if done:
+        out.append((r.xl_id, rnd, KIND_DONE, NO_STAGE))
+    return bool(done)
+
+
 def run(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
         progress=None, observer=None) -> RunResult:
     """Run the simulator: the reference every other backend is compared against.
@@ -169,8 +197,6 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     state; it must not modify what it is given."""
     config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
-    module_file = module.__file__
-
     per_request = [s for s in module.STAGES if not s[2]]
     arbiters = [s for s in module.STAGES if s[2]]
     records: list[list] = [[] for _ in range(n)]
@@ -178,21 +204,6 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     failed: set[int] = set()
     queue_head = 0
     rnd = 0
-
-    def fail(req_id: int, stage_index: int, exc: XlRuntimeError) -> None:
-        line = _error_line(exc, module_file)
-        records[req_id].append((req_id, rnd, KIND_ERROR, stage_index, exc.code, line))
-        failed.add(req_id)
-
-    def run_stage(r, stage) -> None:
-        name, index, _, guard, body, trace_index, trace = stage
-        try:
-            if guard(r, sh, p):
-                body(r, sh, p)
-                if trace is not None:
-                    records[r.xl_id].append((r.xl_id, rnd, trace_index, index, *trace(r)))
-        except XlRuntimeError as exc:
-            fail(r.xl_id, index, exc)
 
     while True:
         while len(active) < config.max_active and queue_head < n:  # admit, in id order
@@ -205,29 +216,22 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
                 records[req_id].append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
             break
         for req_id in active:  # phase 1: per-request stages (parallel on the GPU)
-            r = reqs[req_id]
-            for stage in per_request:
-                run_stage(r, stage)
-                if req_id in failed:
-                    break
+            if not all(_run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]) for stage in per_request):
+                failed.add(req_id)
         for stage in arbiters:  # phase 2: arbiters, serially in request-id order
             for req_id in active:
-                if req_id not in failed:
-                    run_stage(reqs[req_id], stage)
+                if req_id not in failed and not _run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]):
+                    failed.add(req_id)
         if observer is not None:
             observer(rnd, reqs, sh, [i for i in active if i not in failed])
         still_active = []
         for req_id in active:  # retire
             if req_id in failed:
                 continue
-            try:
-                done = module.is_done(reqs[req_id], sh, p)
-            except XlRuntimeError as exc:
-                fail(req_id, NO_STAGE, exc)
-                continue
-            if done:
-                records[req_id].append((req_id, rnd, KIND_DONE, NO_STAGE))
-            else:
+            done = _retire_check(module, reqs[req_id], sh, p, rnd, records[req_id])
+            if done is None:
+                failed.add(req_id)
+            elif not done:
                 still_active.append(req_id)
         active = still_active
         rnd += 1
@@ -249,44 +253,23 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
 
     config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
-    module_file = module.__file__
-    per_request = [s for s in module.STAGES if not s[2]]
-    arbiters = [s for s in module.STAGES if s[2]]
+    stages = module.STAGES  # per-request stages, then arbiters: declaration order within each
+    in_order = [s for s in stages if not s[2]] + [s for s in stages if s[2]]
     records: list[list] = [[] for _ in range(n)]
     iteration = [0] * n
     rng = random.Random(seed)
     running = list(range(min(n, workers or n)))
     queue_head = len(running)
 
-    def run_stage(r, stage) -> bool:
-        name, index, _, guard, body, trace_index, trace = stage
-        try:
-            if guard(r, sh, p):
-                body(r, sh, p)
-                if trace is not None:
-                    records[r.xl_id].append((r.xl_id, iteration[r.xl_id], trace_index, index, *trace(r)))
-        except XlRuntimeError as exc:
-            records[r.xl_id].append((r.xl_id, iteration[r.xl_id], KIND_ERROR, index, exc.code,
-                                     _error_line(exc, module_file)))
-            return False
-        return True
-
     def step(req_id: int) -> bool:
         """One iteration of a request; False when it has ended."""
-        r = reqs[req_id]
-        if iteration[req_id] >= config.max_rounds:
-            records[req_id].append((req_id, iteration[req_id], KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
+        r, rnd, out = reqs[req_id], iteration[req_id], records[req_id]
+        if rnd >= config.max_rounds:
+            out.append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
             return False
-        if not all(run_stage(r, stage) for stage in per_request + arbiters):
+        if not all(_run_stage(module, stage, r, sh, p, rnd, out) for stage in in_order):
             return False
-        try:
-            done = module.is_done(r, sh, p)
-        except XlRuntimeError as exc:
-            records[req_id].append((req_id, iteration[req_id], KIND_ERROR, NO_STAGE, exc.code,
-                                    _error_line(exc, module_file)))
-            return False
-        if done:
-            records[req_id].append((req_id, iteration[req_id], KIND_DONE, NO_STAGE))
+        if _retire_check(module, r, sh, p, rnd, out) is not False:  # done, or failed
             return False
         iteration[req_id] += 1
         return True
