@@ -38,6 +38,10 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
     const Params& p = *params;
     XlSink sink = {records, capacity, count};
     std::vector<int32_t> active;  // kept sorted by request id: admission appends in id order
+    const int32_t slots = launch->max_active < launch->n_requests ? launch->max_active : launch->n_requests;
+    std::vector<uint32_t> coll_mem(xl_coll_words(slots > 0 ? slots : 1), 0u);
+    const XlColl xc = xl_coll_carve(coll_mem.data(), XL_SHARED_WORDS, slots > 0 ? slots : 1);
+    (void)xc;
     int32_t queue_head = 0;
     int32_t round = 0;
     for (;;) {
@@ -52,19 +56,18 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
         }
         // The mega-kernel's phases and decisions (gpu.cu.j2), so that fuzzing against the
         // simulator checks them without a GPU. state: 0 failed or retired, 1 running
-        // (retire check done), 2 takes an arbiter turn, 3 no turn but retires after them.
+        // (retire check done), 2 takes a phase-2 turn, 3 no turn but retires after them.
         std::vector<int8_t> state(active.size(), 0);
         for (size_t i = 0; i < active.size(); ++i) {  // phase 1: the grid's warps, one request at a time
             const int32_t id = active[i];
             if (!run_request_stages(reqs[id], *sh, p, id, round, sink, true)) continue;
-            if (XL_NUM_ARBITERS > 0 && arbiter_may_run(reqs[id], *sh, p, id)) state[i] = 2;
-            else if (XL_NUM_ARBITERS > 0 && XL_DONE_READS_SHARED) state[i] = 3;
+            if (XL_NUM_PHASE2 > 0 && arbiter_may_run(reqs[id], *sh, p, id)) state[i] = 2;
+            else if (XL_NUM_PHASE2 > 0 && XL_DONE_READS_SHARED) state[i] = 3;
             else state[i] = retire_check(reqs[id], *sh, p, id, round, sink) == 0 ? 1 : 0;
         }
-        for (int a = 0; a < XL_NUM_ARBITERS; ++a)  // phase 2: arbiter turns in request-id order
-            for (size_t i = 0; i < active.size(); ++i)
-                if (state[i] == 2 && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink))
-                    state[i] = 0;
+        // phase 2, in declaration order: arbiter turns in request-id order; collective stages
+        for (size_t i = 0; i < active.size(); ++i)
+            if (state[i] == 2 && !run_arbiter(4, reqs[active[i]], *sh, p, active[i], round, sink)) state[i] = 0;
         std::vector<int32_t> still_active;  // retire
         for (size_t i = 0; i < active.size(); ++i) {
             if (state[i] >= 2) state[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0 ? 1 : 0;

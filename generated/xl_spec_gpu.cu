@@ -231,11 +231,18 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
     }
 }
 
+// Phase 2 by every thread of one block: the arbiters and collective stages in declaration order.
+__device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                          int32_t n_active, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
+    (void)xc;
+    xl_arbiter_turns(4, reqs, sh, p, active, keep, n_active, round, sink, where);
+}
+
 extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                                 XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
                                                 unsigned long long capacity, unsigned long long* count,
-                                                const int32_t* host_flags_ptr, XlWhere* where) {
+                                                const int32_t* host_flags_ptr, XlWhere* where, uint32_t* coll_mem) {
     extern __shared__ uint32_t xl_smem[];  // one request per warp
     const XlLaunch launch = {n_requests, max_active, max_rounds, 0};
     const volatile int32_t* host_flags = host_flags_ptr;
@@ -251,6 +258,7 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
     volatile XlControl* vctl = ctl;
     // Two lists of active request ids (this round's and the next), max_active each.
     const int32_t list_len = max_active < n_requests ? max_active : n_requests;
+    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
 
     if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, host_flags);
     if (!xl_grid_sync(ctl, host_flags)) return;
@@ -274,8 +282,8 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
             __syncwarp();
             int8_t k = 0;
             if (alive && lane == 0) {
-                if (XL_NUM_ARBITERS > 0 && arbiter_may_run(r, *sh, p, id)) k = 2;
-                else if (XL_NUM_ARBITERS > 0 && XL_DONE_READS_SHARED) k = 3;
+                if (XL_NUM_PHASE2 > 0 && arbiter_may_run(r, *sh, p, id)) k = 2;
+                else if (XL_NUM_PHASE2 > 0 && XL_DONE_READS_SHARED) k = 3;
                 else k = retire_check(r, *sh, p, id, round, sink) == 0 ? 1 : 0;
             }
             xl_copy_words(global_words, slot, lane);
@@ -284,11 +292,11 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         if (!xl_grid_sync(ctl, host_flags)) return;
         // Phase 2, in block 0 alone while the other blocks wait at the next barrier (two
         // grid barriers per round, arbiters or not): the arbiters, by one thread in
-        // request-id order; the retire checks, by the block's threads; admission.
+        // request-id order, and the collective stages, a thread per request, in declaration
+        // order; the retire checks, by the block's threads; admission.
         if (blockIdx.x == 0) {
-            if (XL_NUM_ARBITERS > 0) {
-                for (int a = 0; a < XL_NUM_ARBITERS; ++a) xl_arbiter_turns(arbiter_stage_index(a), reqs, sh, p, active,
-                                                                          keep, n_active, round, sink, where);
+            if (XL_NUM_PHASE2 > 0) {
+                xl_phase2(reqs, sh, p, active, keep, n_active, round, sink, where, xc);
                 for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x) {
                     if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
                 }
@@ -304,7 +312,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
                                                 int32_t max_active, int32_t max_rounds,
                                        XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
                                        unsigned long long capacity, unsigned long long* count,
-                                       const int32_t* host_flags_ptr, XlWhere* where) {
+                                       const int32_t* host_flags_ptr, XlWhere* where, uint32_t* coll_mem) {
     extern __shared__ uint32_t xl_smem[];
     const XlLaunch launch = {n_requests, max_active, max_rounds, 0};
     const volatile int32_t* host_flags = host_flags_ptr;
@@ -315,6 +323,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     Request& r = *reinterpret_cast<Request*>(slot);
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, 1);  // phase-2 stages run under the lock, one at a time
     (void)active_lists;
     (void)keep;
     for (;;) {
@@ -338,9 +347,9 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
             if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
             if (!run_request_stages(r, *sh, p, id, round, sink, lane == 0)) break;
             __syncwarp();
-            if (XL_NUM_ARBITERS > 0 && arbiter_may_run(r, *sh, p, id)) {  // the same on every lane
+            if (XL_NUM_PHASE2 > 0 && arbiter_may_run(r, *sh, p, id)) {  // the same on every lane
                 xl_copy_words(global_words, slot, lane);
-                if (lane == 0) {  // arbiters under a global lock
+                if (lane == 0) {  // arbiters and collective stages (alone) under a global lock
                     unsigned int spins = 0;
                     bool aborting = false;
                     while (atomicCAS(&ctl->lock, 0, 1) != 0) {
@@ -349,8 +358,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
                     }
                     if (!aborting) {
                         __threadfence();
-                        for (int a = 0; a < XL_NUM_ARBITERS && alive; ++a)
-                            alive = run_arbiter(arbiter_stage_index(a), reqs[id], *sh, p, id, round, sink);
+                        alive = run_phase2_solo(reqs[id], *sh, p, id, round, sink, xc);
                         __threadfence();
                         atomicExch(&ctl->lock, 0);
                     } else {
@@ -384,7 +392,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
 
 #define XL_STEP_PARAMS Request* reqs, Shared* sh, const Params* params, XlControl* ctl, int32_t* active_lists, \
     int8_t* keep, uint32_t* records, unsigned long long capacity, unsigned long long* count, int32_t list_len, \
-    int32_t n_requests, int32_t max_active, int32_t max_rounds
+    int32_t n_requests, int32_t max_active, int32_t max_rounds, XlWhere* where, uint32_t* coll_mem
 
 extern "C" __global__ void xl_step_begin(XL_STEP_PARAMS) {
     const XlLaunch launch = {n_requests, max_active, max_rounds, 0};
@@ -493,18 +501,18 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     }
 }
 
-extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {
+extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {  // phase 2, one block
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const Params p = *params;
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
     const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    for (int32_t i = 0; i < n_active; ++i)  // as in the mega-kernel: who takes a turn
+    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
+    if (blockIdx.x != 0) return;
+    for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x)  // as in the mega-kernel: who takes a turn
         if (keep[i] && arbiter_may_run(reqs[active[i]], *sh, p, active[i])) keep[i] = 2;
-    for (int a = 0; a < XL_NUM_ARBITERS; ++a)
-        for (int32_t i = 0; i < n_active; ++i)
-            if (keep[i] == 2 && !run_arbiter(arbiter_stage_index(a), reqs[active[i]], *sh, p, active[i], round, sink)) keep[i] = 0;
+    __syncthreads();
+    xl_phase2(reqs, sh, p, active, keep, n_active, round, sink, where, xc);
 }
 
 extern "C" __global__ void xl_step_retire(XL_STEP_PARAMS) {

@@ -137,7 +137,7 @@ struct Request {
 };
 static_assert(sizeof(Request) == 1321 * 4, "Request layout must match xlgen/layout.py");
 
-// State shared by all requests; only arbiter stages write it.
+// State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
     int32_t page_owner[16384];
     int32_t page_kind[16384];
@@ -163,6 +163,10 @@ struct Shared {
     int32_t kv_yields;
 };
 static_assert(sizeof(Shared) == 180235 * 4, "Shared layout must match xlgen/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 180235;
+
+// Words of the largest collective stage's frame (its top-level locals).
+constexpr int XL_FRAME_WORDS = 1;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -1032,21 +1036,38 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
 }
 
 constexpr int XL_NUM_ARBITERS = 1;
+// Arbiters and collective stages: phase 2, after every request's per-request stages.
+constexpr int XL_NUM_PHASE2 = 1;
+constexpr int XL_NUM_COLLECTIVE_STAGES = 0;
+
+// Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests.
+XL_HD uint64_t xl_coll_words(int32_t slots) {
+    if (XL_NUM_COLLECTIVE_STAGES == 0) return 1u;
+    return 3ull * XL_SHARED_WORDS + 1ull + (4ull + XL_FRAME_WORDS) * (uint64_t)slots;
+}
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
     const int indices[1] = {4};
     return indices[i];
 }
 
-// Whether any arbiter may run for this request this round. An arbiter writes only
-// its own request and shared state, so a guard that reads no shared state has the
-// same value before the arbiter phase as at the request's turn in it: the GPU
-// evaluates these in parallel and skips the request's serial turn (and, in fast
-// mode, the lock) when none holds. A guard that fails says yes: the turn reports it.
+// Whether any phase-2 stage (arbiter or collective) may run for this request this round.
+// Such a stage writes only its own request and shared state, so a guard that reads no
+// shared state has the same value before phase 2 as at the request's turn in it: the GPU
+// evaluates these in parallel and skips the request's turn (and, in fast mode, the lock)
+// when none holds. A guard that fails says yes: the turn reports it.
 XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     if (guard_kv_manage(err, r, sh, p, req_id) || err.code) return true;
     return false;
+}
+
+// Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
+XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
+                               const XlColl& xc) {
+    (void)r; (void)sh; (void)p; (void)id; (void)round; (void)sink; (void)xc;
+    if (!run_arbiter(4, r, sh, p, id, round, sink)) return false;
+    return true;
 }
 
 // Retire check: 1 done, 0 still running, -1 failed (error record written).

@@ -528,12 +528,13 @@ def is_done(r, sh, p):
     return (r.state == ReqState.DONE)
 
 
-# (name, index, is_arbiter, guard, body, trace index or None, trace function or None)
+# (name, index, runs in phase 2 (arbiter or collective), guard, body, trace index or None,
+#  trace function or None, kind, .xl line)
 STAGES = [
-    ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill),
-    ('decode', 1, False, guard_decode, stage_decode, None, None),
-    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify),
-    ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit),
-    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage),
+    ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill, 'stage', 10),
+    ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
+    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
+    ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
+    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'arbiter', 60),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

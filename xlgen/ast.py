@@ -253,7 +253,7 @@ class FnDecl(Node):
 
 @dataclass(frozen=True)
 class StageDecl(Node):
-    kind: str  # "stage" (per request, in parallel) | "arbiter" (serial, request-id order)
+    kind: str  # "stage" (per request) | "arbiter" (serial, request-id order) | "collective" (all at once)
     name: str
     guard: Node | None
     body: tuple[Node, ...]

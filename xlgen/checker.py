@@ -34,6 +34,14 @@ ORDER_OPS = {"<", "<=", ">", ">="}
 EQ_OPS = {"==", "!="}
 LOGIC_OPS = {"&&", "||"}
 INTRINSIC_ARITY = {"min": 2, "max": 2, "abs": 1, "clamp": 3, "sqrt": 1}
+# Collectives (`let x = scan(e)` at the top level of a collective stage): the types a
+# contribution may have, and the result's type (None: the contribution's).
+COLLECTIVE_TYPES = {
+    "scan": ((I32, U32), None), "sum": ((I32, U32), None), "count": ((BOOL,), I32),
+    "min_of": ((I32, U32, F32), None), "max_of": ((I32, U32, F32), None),
+    "argmin": ((I32, U32, F32), I32), "argmax": ((I32, U32, F32), I32),
+}
+assert set(COLLECTIVE_TYPES) == set(ir.COLLECTIVE_OPS)
 
 
 # ---- loading files ------------------------------------------------------------------
@@ -161,15 +169,22 @@ class Local:
 class Context:
     """What the code being checked may touch."""
 
-    kind: str  # "stage", "arbiter", "fn", "guard", "done", "const", "init"
+    kind: str  # "stage", "arbiter", "collective", "fn", "guard", "done", "const", "init"
     ret: ir.Type | None = None
     scopes: list[dict[str, Local]] = field(default_factory=list)
     loop_depth: int = 0
     callees: set[str] = field(default_factory=set)
+    # In a collective stage: how each shared field is written ("=" or "+=") and where first.
+    shared_modes: dict[str, tuple[str, Loc]] = field(default_factory=dict)
 
     @property
     def sees_request(self) -> bool:
-        return self.kind in ("stage", "arbiter", "guard", "done")
+        return self.kind in ("stage", "arbiter", "collective", "guard", "done")
+
+    @property
+    def at_stage_top(self) -> bool:
+        """Directly in a stage body: not inside an `if` or a loop."""
+        return len(self.scopes) == 1 and self.loop_depth == 0
 
     @property
     def is_constant(self) -> bool:
@@ -337,6 +352,8 @@ class Checker:
     def _declare(self, items) -> None:
         def add(name: str, kind: str, loc: Loc, node=None) -> None:
             why = _reserved(name)
+            if why is None and name in COLLECTIVE_TYPES and kind in ("function", "builtin"):  # calls mean the collective
+                why = f"'{name}' is a collective operation; a function cannot have its name"
             if why is not None:
                 self.error(loc, why)
                 self.rejected.add(name)
@@ -684,6 +701,9 @@ class Checker:
 
     def stmt_Let(self, s: A.Let, ctx: Context):
         declared = self._resolve_type(s.type, allow_array=False) if s.type else None
+        if isinstance(s.value, A.Call) and s.value.func in COLLECTIVE_TYPES and ctx.kind == "collective" \
+                and ctx.at_stage_top:
+            return self._collective_let(s, ctx, declared)
         value = self.expr(s.value, ctx, declared)
         ok = self._check_local_name(s.name, s.loc, ctx)
         if value is not None and isinstance(value.type, ir.ArrayType):
@@ -699,6 +719,31 @@ class Checker:
         t = declared or value.type
         ctx.scopes[-1][s.name] = Local(t, s.loc)
         return ir.Let(s.name, t, value, s.loc)
+
+    def _collective_let(self, s: A.Let, ctx: Context, declared) -> ir.Collective | None:
+        """`let x = op(e)` in a collective stage: e is this request's contribution."""
+        op = s.value.func
+        allowed, result = COLLECTIVE_TYPES[op]
+        ok = self._check_local_name(s.name, s.loc, ctx)
+        value = None
+        if len(s.value.args) != 1:
+            self.error(s.value.loc, f"'{op}' takes 1 argument (this request's contribution), not {len(s.value.args)}")
+        else:
+            arg = s.value.args[0]
+            value = self.expr(arg, ctx, declared if result is None else None)
+            if value is not None and value.type not in allowed:
+                why = " (a float sum would depend on the order of additions)" if value.type == F32 else ""
+                kinds = ", ".join(str(t) for t in allowed)
+                self.error(arg.loc, f"'{op}' takes {kinds}, not {value.type}{why}")
+                value = None
+        t = (result or value.type) if value is not None else None
+        if t is not None and declared is not None and not self._same(declared, t, s.value.loc, f"'{s.name}'"):
+            value = None
+        if value is None or not ok:
+            self._declare_quietly(ctx, s.name, s.loc, declared or t)
+            return None
+        ctx.scopes[-1][s.name] = Local(t, s.loc)
+        return ir.Collective(s.name, op, value, t, s.loc)
 
     def _declare_quietly(self, ctx: Context, name: str, loc: Loc, t) -> None:
         """After a rejected declaration, make the name known (type None: unknown) so that
@@ -728,6 +773,8 @@ class Checker:
         value = self.expr(s.value, ctx, elem)
         if value is None:
             return None
+        if target.kind == ir.SHARED and ctx.kind == "collective":
+            return self._collective_write(s, ctx, target, index, checked, elem, value)
         if s.op != "=":
             op = s.op[:-1]
             current = ir.Load(target, index, elem, checked, s.loc) if index is not None else target
@@ -737,6 +784,31 @@ class Checker:
         if not self._same(elem, value.type, s.value.loc, f"'{s.target}'"):
             return None
         return ir.Assign(target, index, value, checked, s.loc)
+
+    def _collective_write(self, s: A.Assign, ctx: Context, target: ir.Var, index, checked, elem, value):
+        """A shared write in a collective stage: `=` claims the element (one writer per
+        element per stage), `+=`/`-=` adds to it (integers: the order cannot matter)."""
+        if not self._same(elem, value.type, s.value.loc, f"'{s.target}'"):
+            return None
+        if s.op not in ("=", "+=", "-="):
+            self.error(s.loc, f"in a collective stage shared state is written with '=' (one request per element) "
+                              f"or summed with '+=' / '-='; '{s.op}' would depend on the order of the requests")
+            return None
+        mode = "=" if s.op == "=" else "+="
+        if mode == "+=" and not ir.is_int(elem):
+            self.error(s.loc, f"'{s.op}' on shared state in a collective stage needs i32 or u32, not {elem} "
+                              "(a float sum would depend on the order of the requests)")
+            return None
+        first = ctx.shared_modes.setdefault(s.target, (mode, s.loc))
+        if first[0] != mode:
+            self.error(s.loc, f"shared field '{s.target}' is both assigned ('=') and summed ('+=', '-=') in this "
+                              f"collective stage (first at {first[1]}); use one or the other")
+            return None
+        if s.op == "=":
+            return ir.Assign(target, index, value, checked, s.loc)
+        if s.op == "-=":
+            value = ir.Unary("-", value, elem, value.loc)
+        return ir.Accumulate(target, index, value, checked, s.loc)
 
     def _assign_target(self, name: str, loc: Loc, ctx: Context) -> ir.Var | None:
         local = ctx.lookup(name)
@@ -768,8 +840,8 @@ class Checker:
             f = self.fields.get(name)
             return ir.Var(ir.FIELD, name, f.type, loc) if f else None
         if g.kind == "shared field":
-            if ctx.kind != "arbiter":
-                self.error(loc, f"shared field '{name}' can only be written in an arbiter stage")
+            if ctx.kind not in ("arbiter", "collective"):
+                self.error(loc, f"shared field '{name}' can only be written in an arbiter or a collective stage")
                 return None
             self.used_globals.add(name)
             f = self.shared.get(name)
@@ -1115,6 +1187,12 @@ class Checker:
         name = node.func
         if name in INTRINSIC_ARITY:
             return self._intrinsic(node, ctx, expected)
+        if name in COLLECTIVE_TYPES and (ctx.kind == "collective" or name not in self.globals):
+            for a in node.args:
+                self.expr(a, ctx)
+            self.error(node.loc, f"'{name}' is a collective: it can only be the whole value of a 'let' at the top "
+                                 f"level of a collective stage ('let x = {name}(...)')")
+            return None
         g = self.globals.get(name)
         if g is None or g.kind not in ("function", "builtin"):
             for a in node.args:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import cpp_ops, ir, names
 from .emit_python import may_raise
-from .layout import slots
+from .layout import collective_frame_words, slots
 
 IND = "    "
 
@@ -28,6 +28,9 @@ class CppEmitter:
         self.bail = "return err;"
         self.conds = 0  # names the temporaries of conditions that may fail
         self.warp_stores = False  # True while emitting a per-request stage
+        self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
+        self.frame: set[str] = set()  # its top-level locals declared so far: they live in its frame `f`
+        self.frame_lets: set[int] = set()  # id() of its top-level `let`s
 
     # ---- expressions -------------------------------------------------------------
 
@@ -48,6 +51,8 @@ class CppEmitter:
         return cpp_ops.literal(e.value, e.type)
 
     def expr_Var(self, e: ir.Var) -> str:
+        if e.kind == ir.LOCAL and e.name in self.frame:
+            return f"f.{names.cpp(e.name)}"
         return {
             ir.LOCAL: names.cpp(e.name),
             ir.FIELD: f"r.{names.cpp(e.name)}",
@@ -112,6 +117,12 @@ class CppEmitter:
     def stmt_Let(self, s: ir.Let, depth):
         pad = IND * depth
         value = self.statement_expr(s.value, s.loc.line)
+        if id(s) in self.frame_lets:  # a collective stage's top-level local: kept across its collectives
+            self.frame.add(s.name)
+            if not may_raise(s.value):
+                return [f"{pad}f.{names.cpp(s.name)} = {value};"]
+            return [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(s.type)} xl_v = {value};",
+                    f"{pad}{IND}if (err.code) {self.bail}", f"{pad}{IND}f.{names.cpp(s.name)} = xl_v;", f"{pad}}}"]
         # [[maybe_unused]]: a local that is never read is valid xl (a warning there), and must not
         # fail the -Werror CPU build with -Wunused-variable / -Wunused-but-set-variable
         decl = f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
@@ -120,6 +131,8 @@ class CppEmitter:
         return [decl]
 
     def stmt_Assign(self, s: ir.Assign, depth):
+        if s.target.kind == ir.SHARED and self.in_collective:
+            return self._shadow_write(s, "xl_put(xc, xl_slot, {word}, xl_word_bits(xl_v));", depth)
         pad = IND * depth
         elem = s.target.type.elem if s.index is not None else s.target.type
         value = self.statement_expr(s.value, s.loc.line)  # the value first, then the index: as in Python
@@ -138,6 +151,67 @@ class CppEmitter:
         lines.append(f"{pad}{IND}if (err.code) {self.bail}")
         lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
         return lines + [f"{pad}}}"]
+
+    def stmt_Accumulate(self, s: ir.Accumulate, depth):
+        return self._shadow_write(s, "xl_add(xc, {word}, xl_word_bits(xl_v));", depth)
+
+    def _shadow_write(self, s, call: str, depth) -> list[str]:
+        """A shared write in a collective stage: the value, then the index (§8), then the
+        shadow word of the element (xl_runtime.cuh: it takes effect at the stage's end)."""
+        pad = IND * depth
+        elem = s.target.type.elem if s.index is not None else s.target.type
+        lines = [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(elem)} xl_v = {self.statement_expr(s.value, s.loc.line)};"]
+        element = self.expr(s.target)
+        if s.index is not None:
+            index = self.expr(s.index)
+            if s.checked:
+                index = f"xl_idx({self._sink()}, {index}, {s.target.type.length})"
+            lines.append(f"{pad}{IND}const int32_t xl_i = {index};")
+            element += "[xl_i]"
+        lines.append(f"{pad}{IND}if (err.code) {self.bail}")
+        lines.append(f"{pad}{IND}{call.format(word=f'xl_word_of(&sh, &{element})')}")
+        return lines + [f"{pad}}}"]
+
+    def collective_stage(self, s: ir.Stage) -> dict:
+        """A collective stage's body cut at its collectives: segment k runs after collective
+        k - 1 (whose result it first stores into the frame) and ends with collective k's
+        contribution in `xl_out`. Top-level locals live in the frame `f` across segments."""
+        segments: list[list] = [[]]
+        collectives = []
+        for st in s.body:
+            if isinstance(st, ir.Collective):
+                collectives.append(st)
+                segments.append([])
+            else:
+                segments[-1].append(st)
+        self.in_collective = True
+        self.frame = set()
+        self.frame_lets = {id(st) for st in s.body if isinstance(st, ir.Let)}
+        frame = [(st.name, st.type) for st in s.body if isinstance(st, (ir.Let, ir.Collective))]
+        cases = []
+        for k, stmts in enumerate(segments):
+            lines = []
+            if k > 0:
+                c = collectives[k - 1]
+                self.frame.add(c.name)
+                lines.append(f"{IND * 2}f.{names.cpp(c.name)} = xl_from_bits<{cpp_ops.value_type(c.type)}>(xl_in);")
+            lines += self.block(stmts, 2)
+            if k < len(collectives):
+                c = collectives[k]
+                value = self.statement_expr(c.value, c.loc.line)
+                lines += [f"{IND * 2}{{", f"{IND * 3}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
+                          f"{IND * 3}if (err.code) {self.bail}", f"{IND * 3}xl_out = xl_word_bits(xl_v);",
+                          f"{IND * 2}}}"]
+            cases.append(lines)
+        self.in_collective = False
+        self.frame, self.frame_lets = set(), set()
+        word_kind = {"i": "XL_WORD_I", "u": "XL_WORD_U", "f": "XL_WORD_F"}
+        return {
+            "cases": cases,
+            "frame": [(cpp_ops.value_type(t), names.cpp(n)) for n, t in frame],
+            "ops": [f"XL_{c.op.upper()}" for c in collectives],
+            "words": [word_kind[ir.storage_word(c.value.type)] for c in collectives],
+        }
 
     def _store(self, target: ir.Var, lhs: str, value: str) -> str:
         """Request fields in per-request stages are stored by one lane of the warp (XL_WARP_STORE)."""
@@ -216,17 +290,21 @@ class CppEmitter:
 
     def stage(self, s: ir.Stage, trace: ir.Trace | None) -> dict:
         self.bail = "return err;"
-        self.warp_stores = not s.is_arbiter
+        self.warp_stores = not s.in_phase2
         self.conds = 0
         guard = None
         if s.guard is not None:
             guard = self.statement_expr(s.guard, s.guard.loc.line)
-        body = self.block(s.body, 1)
+        collective = self.collective_stage(s) if s.is_collective else None
+        body = self.block(s.body, 1) if not s.is_collective else []
         self.warp_stores = False
         return {
             "name": s.name,
             "index": s.index,
+            "line": s.loc.line,
             "arbiter": s.is_arbiter,
+            "phase2": s.in_phase2,
+            "collective": collective,
             "loc": _loc_text(s.loc),
             "guard": guard or "true",
             "body": body,
@@ -273,9 +351,10 @@ class CppEmitter:
             "shared_words": sum(s.count for s in slots(p.shared_fields)),
             "functions": [self.function(f) for f in p.functions],
             "stages": [self.stage(s, traced.get(s.name)) for s in p.stages],
-            # arbiter_may_run can decide early only when no arbiter guard reads shared state
+            # arbiter_may_run can decide early only when no phase-2 guard reads shared state
             "arbiter_guards_local": all(s.guard is None or not ir.may_read_shared(s.guard)
-                                        for s in p.arbiter_stages),
+                                        for s in p.phase2_stages),
+            "frame_words": collective_frame_words(p),
             "done": done,
             "done_reads_shared": ir.may_read_shared(p.done),
             "record_words": 4 + max(widths),
@@ -305,4 +384,5 @@ def _strip_parens(code: str) -> str:
 
 def _loc_text(loc) -> str:
     return f"{loc.file}:{loc.line}"
+
 

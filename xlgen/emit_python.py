@@ -16,6 +16,7 @@ LINE_MARK = "# @xl:"
 class PyEmitter:
     def __init__(self, program: ir.Program):
         self.program = program
+        self.in_collective = False  # emitting a collective stage: shared writes go through `xw`
 
     # ---- expressions -------------------------------------------------------------
 
@@ -81,7 +82,21 @@ class PyEmitter:
     def stmt_Let(self, s: ir.Let, depth):
         return [self._line(depth, f"{names.py(s.name)} = {self.expr(s.value)}", s, may_raise(s.value))]
 
+    def _shared_element(self, s) -> tuple[str, str, bool]:
+        """A collective stage's shared write: the attribute, the index argument, may it raise."""
+        attr = repr(names.py(s.target.name))
+        if s.index is None:
+            return attr, "", False
+        index = self.expr(s.index)
+        if s.checked:
+            index = f"check_index({index}, {s.target.type.length})"
+        return attr, f", {index}", s.checked or may_raise(s.index)
+
     def stmt_Assign(self, s: ir.Assign, depth):
+        if s.target.kind == ir.SHARED and self.in_collective:  # claimed, applied at the stage's end
+            attr, index, raises = self._shared_element(s)
+            code = f"xw.put({attr}, {self.expr(s.value)}{index})"
+            return [self._line(depth, code, s, raises or may_raise(s.value))]
         target = self.expr(s.target)
         raises = may_raise(s.value)
         if s.index is not None:
@@ -91,6 +106,19 @@ class PyEmitter:
             target = f"{target}[{index}]"
             raises = raises or s.checked or may_raise(s.index)
         return [self._line(depth, f"{target} = {self.expr(s.value)}", s, raises)]
+
+    def stmt_Accumulate(self, s: ir.Accumulate, depth):
+        attr, index, raises = self._shared_element(s)
+        elem = s.target.type.elem if s.index is not None else s.target.type
+        wrap = "wrap_i32" if elem == ir.I32 else "wrap_u32"
+        code = f"xw.add({attr}, {self.expr(s.value)}, {wrap}{index})"
+        return [self._line(depth, code, s, raises or may_raise(s.value))]
+
+    def stmt_Collective(self, s: ir.Collective, depth):
+        # The engine (runtime/sim.py) resumes every participant with its result.
+        word = ir.storage_word(s.value.type)
+        code = f"{names.py(s.name)} = yield ({s.op!r}, {word!r}, {self.expr(s.value)})"
+        return [self._line(depth, code, s, may_raise(s.value))]
 
     def stmt_If(self, s: ir.If, depth):
         lines = []
@@ -140,6 +168,25 @@ class PyEmitter:
             return f"[{value}] * {f.type.length}"
         return value
 
+    def stage(self, s: ir.Stage, trace: ir.Trace | None, loc: str) -> dict:
+        self.in_collective = s.is_collective
+        body = self.block(s.body, 1)
+        self.in_collective = False
+        return {
+            "name": s.name,
+            "index": s.index,
+            "kind": s.kind,
+            "phase2": s.in_phase2,
+            "line": s.loc.line,
+            "loc": loc,
+            "guard": self._line(0, f"return {self.expr(s.guard)}", s.guard, may_raise(s.guard)).strip()
+            if s.guard is not None else "return True",
+            "params": "r, sh, p, xw" if s.is_collective else "r, sh, p",
+            "body": body,
+            "trace_index": trace.index if trace else None,
+            "trace_words": self.trace_words(trace) if trace else None,
+        }
+
     def context(self) -> dict:
         p = self.program
         stage_lines = {s.name: _loc_text(s.loc) for s in p.stages}
@@ -153,20 +200,7 @@ class PyEmitter:
             for f in p.functions
         ]
         traced = {t.stage: t for t in p.traces}
-        stages = [
-            {
-                "name": s.name,
-                "index": s.index,
-                "arbiter": s.is_arbiter,
-                "loc": stage_lines[s.name],
-                "guard": self._line(0, f"return {self.expr(s.guard)}", s.guard, may_raise(s.guard)).strip()
-                if s.guard is not None else "return True",
-                "body": self.block(s.body, 1),
-                "trace_index": traced[s.name].index if s.name in traced else None,
-                "trace_words": self.trace_words(traced[s.name]) if s.name in traced else None,
-            }
-            for s in p.stages
-        ]
+        stages = [self.stage(s, traced.get(s.name), stage_lines[s.name]) for s in p.stages]
         return {
             "program": p,
             "consts": [(names.py(n), self.expr_Const(ir.Const(c.value, c.type))) for n, c in p.consts.items()],

@@ -234,6 +234,38 @@ class Return(Stmt):
 
 
 @dataclass(frozen=True)
+class Collective(Stmt):
+    """`let name = op(value)` at the top level of a collective stage: every participating
+    request contributes `value`; `name` gets the collective's result (docs/semantics.md §13.1).
+    `type` is the result's type; `value.type` the contribution's."""
+
+    name: str
+    op: str  # one of COLLECTIVE_OPS
+    value: Expr
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+# Collective operations over the participants of a collective stage, in request-id order.
+# scan: exclusive prefix sum; sum; count (of true); min_of/max_of (IEEE totalOrder for f32);
+# argmin/argmax: the req_id of the least/greatest contribution, ties to the lowest id.
+COLLECTIVE_OPS = ("scan", "sum", "count", "min_of", "max_of", "argmin", "argmax")
+
+
+@dataclass(frozen=True)
+class Accumulate(Stmt):
+    """`s += e` / `s -= e` on shared state in a collective stage: every request's
+    contributions are added to the value from before the stage (integers wrap, so the order
+    does not matter). `-=` is desugared to adding the wrapped negation."""
+
+    target: Var
+    index: Expr | None
+    value: Expr
+    checked: bool = True
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
 class ExprStmt(Stmt):
     expr: Call
     loc: Loc = field(default=NOWHERE, compare=False)
@@ -285,7 +317,7 @@ class Function:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    kind: str  # "stage" | "arbiter"
+    kind: str  # "stage" | "arbiter" | "collective"
     guard: Expr | None
     body: tuple[Stmt, ...]
     index: int  # position among all stages; identifies the stage in traces and errors
@@ -294,6 +326,15 @@ class Stage:
     @property
     def is_arbiter(self) -> bool:
         return self.kind == "arbiter"
+
+    @property
+    def is_collective(self) -> bool:
+        return self.kind == "collective"
+
+    @property
+    def in_phase2(self) -> bool:
+        """Arbiters and collective stages run after every request's per-request stages."""
+        return self.kind != "stage"
 
 
 @dataclass(frozen=True)
@@ -329,7 +370,12 @@ class Program:
 
     @property
     def per_request_stages(self) -> tuple[Stage, ...]:
-        return tuple(s for s in self.stages if not s.is_arbiter)
+        return tuple(s for s in self.stages if not s.in_phase2)
+
+    @property
+    def phase2_stages(self) -> tuple[Stage, ...]:
+        """Arbiters and collective stages, in declaration order."""
+        return tuple(s for s in self.stages if s.in_phase2)
 
     @property
     def arbiter_stages(self) -> tuple[Stage, ...]:

@@ -56,3 +56,10 @@ def dtype_from_layout(layout) -> np.dtype:
 
 def module_dtypes(module) -> tuple[np.dtype, np.dtype]:
     return dtype_from_layout(module.REQUEST_LAYOUT), dtype_from_layout(module.SHARED_LAYOUT)
+
+
+def collective_frame_words(program: ir.Program) -> int:
+    """Words of the largest collective stage's frame (its top-level locals, a word each)."""
+    counts = [sum(isinstance(st, (ir.Let, ir.Collective)) for st in s.body)
+              for s in program.stages if s.is_collective]
+    return max(counts + [1])

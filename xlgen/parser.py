@@ -52,7 +52,7 @@ _OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CM
               "OR_OP", "QMARK", "AS"}
 _STMT_START = {"LET", "IF", "FOR", "BREAK", "CONTINUE", "RETURN", "NAME"}
 _ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
-               "ARBITER", "TRACE", "DONE"}
+               "ARBITER", "COLLECTIVE", "TRACE", "DONE"}
 
 
 @functools.cache
@@ -285,11 +285,11 @@ def _end_loc(text: str, file: str) -> Loc:
 # rejects them as names too: the contextual lexer reads some of them as names in some places.
 KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
-    "stage", "arbiter", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
+    "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
     "continue", "return", "as", "has", "true", "false",
 }
 _ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
-                  "arbiter", "trace", "done", "pipeline"}
+                  "arbiter", "collective", "trace", "done", "pipeline"}
 
 
 def _missing_brace(stack: list[Token]) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import dtype_from_layout
+from ..layout import collective_frame_words, dtype_from_layout
 from ..resources import runtime_dir
 from .cpu import params_array
 from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
@@ -242,7 +242,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
-                d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32)
+                d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32,
+                             collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode))
                 stream.synchronize()
             flags.view[:] = 0
             if persistent:
@@ -277,7 +278,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
 class _Buffers:
     """The device buffers of one run (allocated on the current stream)."""
 
-    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, warps):
+    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, warps, coll_words):
         self.reqs = cupy.asarray(reqs_host.view(np.uint32))
         self.shared = cupy.asarray(shared_host.view(np.uint32))
         self.params = cupy.asarray(packed.view(np.uint32))
@@ -294,6 +295,15 @@ class _Buffers:
         self.records = cupy.zeros((capacity, width), dtype=np.uint32)
         self.count = cupy.zeros(1, dtype=np.uint64)
         self.where = cupy.full((warps, 4), -1, dtype=np.int32)
+        self.coll = cupy.zeros(coll_words, dtype=np.uint32)  # collective stages' shadow and scratch (XlColl)
+
+
+def collective_words(program, shared_words: int, config, n: int, mode: str) -> int:
+    """Words of the XlColl buffer (xl_coll_carve in xl_runtime.cuh, xl_coll_words in the kernel)."""
+    if not any(s.is_collective for s in program.stages):
+        return 1
+    slots = 1 if mode == "fast" else max(1, min(config.max_active, n))
+    return 3 * shared_words + 1 + (4 + collective_frame_words(program)) * slots
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,
@@ -305,7 +315,7 @@ def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config
         kernel((blocks,), (threads,),
                (d.reqs, d.shared, d.params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds),
                 d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count, np.uint64(flags.device_ptr),
-                d.where),
+                d.where, d.coll),
                shared_mem=shared_bytes, enable_cooperative_groups=True)  # every block resident: grid barriers
         end.record(stream)
     _wait(end, timeout, flags, d.where, d.ctl, compiled, stream)
@@ -318,11 +328,11 @@ def _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, cap
     and admit; then the host syncs and reads the `finished` flag back."""
     program = compiled.program
     args = (d.reqs, d.shared, d.params, d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count,
-            np.int32(d.list_len), np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds))
+            np.int32(d.list_len), np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds), d.where, d.coll)
     stage_kernels = [cu.get_function(f"xl_step_{s.name}") for s in program.per_request_stages]
     for k in stage_kernels:
         _set_dynamic_shared(k, shared_bytes)
-    arbiters = cu.get_function("xl_step_arbiters") if program.arbiter_stages else None
+    arbiters = cu.get_function("xl_step_arbiters") if program.phase2_stages else None
     retire, admit = cu.get_function("xl_step_retire"), cu.get_function("xl_step_admit")
     retire_blocks = -(-d.list_len // 128)
 
@@ -330,7 +340,7 @@ def _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, cap
         for k in stage_kernels:
             k((blocks,), (THREADS_PER_BLOCK,), args, shared_mem=shared_bytes)
         if arbiters is not None:
-            arbiters((1,), (32,), args)
+            arbiters((1,), (THREADS_PER_BLOCK,), args)  # phase 2: one block, as in the mega-kernel
         retire((retire_blocks,), (128,), args)
         admit((1,), (128,), args)
 

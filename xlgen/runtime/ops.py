@@ -17,6 +17,7 @@ ERR_SHIFT = 3
 ERR_CAST = 4
 ERR_BUILTIN = 5
 ERR_WATCHDOG = 6
+ERR_CONFLICT = 7
 ERROR_NAMES = {
     ERR_DIV_ZERO: "division by zero",
     ERR_INDEX: "index out of range",
@@ -24,6 +25,7 @@ ERROR_NAMES = {
     ERR_CAST: "float to integer conversion out of range",
     ERR_BUILTIN: "builtin argument out of range",
     ERR_WATCHDOG: "max_iterations watchdog",
+    ERR_CONFLICT: "two requests wrote the same shared element in one collective stage",
 }
 
 
@@ -196,3 +198,100 @@ def decimal_to_f32(text: str) -> float:
         if d_cand < d_best or (d_cand == d_best and f32_bits(candidate) % 2 == 0 and f32_bits(best) % 2 == 1):
             best = candidate
     return best
+
+
+# ---- collective stages (docs/semantics.md §13.1) ----------------------------------------
+
+
+def total_order_key(value, word: str) -> int:
+    """An unsigned key that orders values as min_of/max_of/argmin/argmax do: integers by
+    value; f32 by IEEE totalOrder (-inf < ... < -0.0 < +0.0 < ... < +inf < NaN, every NaN
+    the canonical one)."""
+    if word == "i":
+        return value + 0x80000000
+    if word == "u":
+        return value
+    bits = f32_bits(value)
+    return bits ^ 0xFFFFFFFF if bits & 0x80000000 else bits | 0x80000000
+
+
+def collective(op: str, word: str, contributions: list[tuple[int, object]]) -> list:
+    """The results of collective `op` for its participants, given (req_id, contribution)
+    in ascending request id. `word` is the contribution's storage word ('i', 'u', 'f'; bool
+    is 'u'). Integer sums wrap, so every backend's order of additions gives this result."""
+    wrap = wrap_i32 if word == "i" else wrap_u32
+    values = [v for _, v in contributions]
+    n = len(values)
+    if op == "scan":
+        out, running = [], 0
+        for v in values:
+            out.append(wrap(running))
+            running += v
+        return out
+    if op == "sum":
+        return [wrap(sum(values))] * n
+    if op == "count":
+        return [sum(1 for v in values if v)] * n
+    keys = [total_order_key(v, word) for v in values]
+    if op in ("min_of", "argmin"):
+        best = min(range(n), key=lambda i: (keys[i], i))
+    else:
+        best = min(range(n), key=lambda i: (-keys[i], i))  # the greatest; ties to the lowest id
+    if op.startswith("arg"):
+        return [contributions[best][0]] * n
+    return [values[best]] * n
+
+
+class SharedWrites:
+    """A collective stage's writes to shared state. Reads during the stage see the state
+    from before it; the writes take effect together when it ends (`apply`)."""
+
+    def __init__(self):
+        self.claims: dict[tuple[str, int | None], list] = {}  # element -> [writer, value, conflicted]
+        self.sums: dict[tuple[str, int | None], list] = {}  # element -> [total, wrap]
+
+    def writer(self, req_id: int) -> "_Writer":
+        return _Writer(self, req_id)
+
+    def apply(self, sh) -> set[int]:
+        """Store every write; return the requests that wrote an element another request
+        also wrote (such an element keeps its value from before the stage)."""
+        conflicted = set()
+        for (attr, index), (writer, value, clash) in self.claims.items():
+            if clash:
+                conflicted |= clash | {writer}
+                continue
+            _store(sh, attr, index, value)
+        for (attr, index), (total, wrap) in self.sums.items():
+            current = getattr(sh, attr) if index is None else getattr(sh, attr)[index]
+            _store(sh, attr, index, wrap(current + total))
+        return conflicted
+
+
+def _store(sh, attr: str, index, value) -> None:
+    if index is None:
+        setattr(sh, attr, value)
+    else:
+        getattr(sh, attr)[index] = value
+
+
+class _Writer:
+    """One request's side of SharedWrites (what generated collective stages call)."""
+
+    __slots__ = ("writes", "req_id")
+
+    def __init__(self, writes: SharedWrites, req_id: int):
+        self.writes, self.req_id = writes, req_id
+
+    def put(self, attr: str, value, index=None) -> None:  # value first: it is evaluated first (§8)
+        claim = self.writes.claims.get((attr, index))
+        if claim is None:
+            self.writes.claims[(attr, index)] = [self.req_id, value, set()]
+        elif claim[0] == self.req_id:
+            claim[1] = value  # this request's own earlier write: the last one counts
+        else:
+            claim[2].add(self.req_id)
+
+    def add(self, attr: str, value, wrap, index=None) -> None:
+        entry = self.writes.sums.setdefault((attr, index), [0, wrap])
+        entry[0] += value

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..names import py
-from .ops import CANONICAL_NAN_BITS, ERR_WATCHDOG, XlRuntimeError, f32, wrap_i32
+from .ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, SharedWrites, XlRuntimeError, collective, f32,
+                  wrap_i32)
 
 REC_HEADER = 4  # req_id, round, kind, stage
 KIND_ERROR = 0xFFFFFFFF
@@ -163,7 +164,7 @@ def _finish(module, records: list[list], reqs, sh, rounds: int, backend: str) ->
 def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:
     """One stage for one request (if its guard holds), appending its trace or error
     record to the request's records `out`; False when it failed."""
-    name, index, _, guard, body, trace_index, trace = stage
+    name, index, _, guard, body, trace_index, trace = stage[:7]
     try:
         if guard(r, sh, p):
             body(r, sh, p)
@@ -173,6 +174,67 @@ def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:
         out.append((r.xl_id, rnd, KIND_ERROR, index, exc.code, _error_line(exc, module.__file__)))
         return False
     return True
+
+
+def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int, records: list[list],
+                    failed: set[int]) -> None:
+    """A collective stage (docs/semantics.md §13.1) for the requests `req_ids` (ascending
+    id): each one whose guard holds runs the body up to its next collective; the collective
+    combines the contributions in id order and every participant resumes with its result.
+    Shared writes take effect when the stage ends. Failed requests are added to `failed`."""
+    index, trace_index, trace, line = stage[1], stage[5], stage[6], stage[8]
+    guard, body = stage[3], stage[4]
+    writes = SharedWrites()
+    bodies, finished = {}, []
+
+    def fail(req_id: int, exc: XlRuntimeError) -> None:
+        records[req_id].append((req_id, rnd, KIND_ERROR, index, exc.code, _error_line(exc, module.__file__)))
+        failed.add(req_id)
+
+    for req_id in req_ids:
+        r = reqs[req_id]
+        try:
+            if guard(r, sh, p):
+                gen = body(r, sh, p, writes.writer(req_id))
+                if gen is None:  # a body without collectives is a plain function: already run
+                    finished.append(req_id)
+                else:
+                    bodies[req_id] = gen
+        except XlRuntimeError as exc:
+            fail(req_id, exc)
+    results = {req_id: None for req_id in bodies}
+    while results:
+        reached = {}  # req_id -> (op, word, contribution), in id order
+        for req_id, result in results.items():
+            try:
+                reached[req_id] = bodies[req_id].send(result)
+            except StopIteration:
+                finished.append(req_id)
+            except XlRuntimeError as exc:
+                fail(req_id, exc)
+        if not reached:
+            break
+        (op, word, _), = {(op, word, None) for op, word, _ in reached.values()}  # one collective, reached by all
+        ids = list(reached)
+        results = dict(zip(ids, collective(op, word, [(i, reached[i][2]) for i in ids])))
+    conflicted = writes.apply(sh)
+    for req_id in sorted(finished):
+        if req_id in conflicted:
+            records[req_id].append((req_id, rnd, KIND_ERROR, index, ERR_CONFLICT, line))
+            failed.add(req_id)
+        elif trace is not None:
+            records[req_id].append((req_id, rnd, trace_index, index, *trace(reqs[req_id])))
+
+
+def _run_phase2(module, phase2, active: list[int], reqs, sh, p, rnd: int, records: list[list], failed: set[int]):
+    """Arbiters (serially, in request-id order) and collective stages, in declaration order."""
+    for stage in phase2:
+        if stage[7] == "collective":
+            _run_collective(module, stage, [i for i in active if i not in failed], reqs, sh, p, rnd, records, failed)
+            continue
+        for req_id in active:
+            if req_id not in failed and not _run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]):
+                failed.add(req_id)
 
 
 def _retire_check(module, r, sh, p, rnd: int, out: list) -> bool | None:
@@ -198,7 +260,7 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
     per_request = [s for s in module.STAGES if not s[2]]
-    arbiters = [s for s in module.STAGES if s[2]]
+    phase2 = [s for s in module.STAGES if s[2]]
     records: list[list] = [[] for _ in range(n)]
     active: list[int] = []
     failed: set[int] = set()
@@ -218,10 +280,7 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
         for req_id in active:  # phase 1: per-request stages (parallel on the GPU)
             if not all(_run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]) for stage in per_request):
                 failed.add(req_id)
-        for stage in arbiters:  # phase 2: arbiters, serially in request-id order
-            for req_id in active:
-                if req_id not in failed and not _run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]):
-                    failed.add(req_id)
+        _run_phase2(module, phase2, active, reqs, sh, p, rnd, records, failed)  # arbiters, collective stages
         if observer is not None:
             observer(rnd, reqs, sh, [i for i in active if i not in failed])
         still_active = []
@@ -253,8 +312,9 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
 
     config, p, reqs, sh = _start(module, params, inputs, config)
     n = len(reqs)
-    stages = module.STAGES  # per-request stages, then arbiters: declaration order within each
-    in_order = [s for s in stages if not s[2]] + [s for s in stages if s[2]]
+    stages = module.STAGES  # per-request stages, then phase 2's: declaration order within each
+    per_request = [s for s in stages if not s[2]]
+    phase2 = [s for s in stages if s[2]]
     records: list[list] = [[] for _ in range(n)]
     iteration = [0] * n
     rng = random.Random(seed)
@@ -267,7 +327,11 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
         if rnd >= config.max_rounds:
             out.append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
             return False
-        if not all(_run_stage(module, stage, r, sh, p, rnd, out) for stage in in_order):
+        if not all(_run_stage(module, stage, r, sh, p, rnd, out) for stage in per_request):
+            return False
+        failed: set[int] = set()  # under the lock: a collective stage has this one participant
+        _run_phase2(module, phase2, [req_id], reqs, sh, p, rnd, records, failed)
+        if failed:
             return False
         if _retire_check(module, r, sh, p, rnd, out) is not False:  # done, or failed
             return False

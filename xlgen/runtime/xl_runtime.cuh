@@ -35,7 +35,8 @@ typedef signed char int8_t;
 #endif
 
 // Runtime error codes (ops.py ERR_*).
-enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4, XL_ERR_BUILTIN = 5, XL_ERR_WATCHDOG = 6 };
+enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4, XL_ERR_BUILTIN = 5, XL_ERR_WATCHDOG = 6,
+       XL_ERR_CONFLICT = 7 };
 
 // A statement's first runtime error. `key` is the failing operation's position
 // in left-to-right evaluation order, so the earliest error wins whatever order
@@ -233,4 +234,249 @@ XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const in
         if (a[j] != b[j]) return j;
     return n;
 #endif
+}
+
+// ---- collective stages (docs/semantics.md §13.1; Python: ops.collective, ops.SharedWrites) ----
+//
+// A collective stage runs every participating request "at once": on the GPU one block,
+// a thread per request; on the CPU one thread, request after request. Its shared writes
+// go to a shadow of the Shared struct's words and take effect together at the stage's
+// end, so every read in the stage sees the state from before it, whatever the schedule.
+
+#if XL_ON_GPU
+#define XL_THREAD ((int32_t)threadIdx.x)
+#define XL_THREADS ((int32_t)blockDim.x)
+#define XL_BLOCK_SYNC() __syncthreads()
+#else
+#define XL_THREAD 0
+#define XL_THREADS 1
+#define XL_BLOCK_SYNC() do { } while (0)
+#endif
+
+enum { XL_SCAN = 0, XL_SUM = 1, XL_COUNT = 2, XL_MIN_OF = 3, XL_MAX_OF = 4, XL_ARGMIN = 5, XL_ARGMAX = 6 };
+enum { XL_WORD_I = 0, XL_WORD_U = 1, XL_WORD_F = 2 };
+
+// A shadow word's tag: 0 untouched; XL_TAG_SUM summed (`+=`); else the slot + 1 of the
+// request that claimed it (`=`), with XL_TAG_CONFLICT once another request wrote it too.
+constexpr uint32_t XL_TAG_SUM = 0x80000000u;
+constexpr uint32_t XL_TAG_CONFLICT = 0x40000000u;
+constexpr uint32_t XL_TAG_WRITER = 0x3FFFFFFFu;
+
+struct XlColl {
+    uint32_t* tag;       // [shared words]
+    uint32_t* val;       // [shared words]: the claimed value, or the running sum
+    uint32_t* dirty;     // [shared words]: the words touched this stage, n_dirty of them
+    uint32_t* n_dirty;   // [1]
+    int32_t* conflict;   // [max_active] per slot: wrote a word another request wrote
+    int32_t* part;       // [max_active] per slot: takes part (guard held, no error yet)
+    uint32_t* contrib;   // [max_active] per slot: this collective's contribution
+    uint32_t* result;    // [max_active] per slot: the last collective's result
+    uint32_t* frames;    // [max_active * frame words]: a stage's top-level locals across collectives
+};
+
+// The layout of the one buffer that holds an XlColl (xlgen/runtime/gpu.py sizes it alike).
+XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t max_active) {
+    XlColl c;
+    c.tag = mem;
+    c.val = c.tag + shared_words;
+    c.dirty = c.val + shared_words;
+    c.n_dirty = c.dirty + shared_words;
+    c.conflict = (int32_t*)(c.n_dirty + 1);
+    c.part = c.conflict + max_active;
+    c.contrib = (uint32_t*)(c.part + max_active);
+    c.result = c.contrib + max_active;
+    c.frames = c.result + max_active;
+    return c;
+}
+
+XL_HD uint32_t xl_word_bits(float v) { return xl_float_bits(v); }
+XL_HD uint32_t xl_word_bits(int32_t v) { return (uint32_t)v; }
+XL_HD uint32_t xl_word_bits(uint32_t v) { return v; }
+XL_HD uint32_t xl_word_bits(bool v) { return v ? 1u : 0u; }
+template <typename T> XL_HD T xl_from_bits(uint32_t w) { return (T)w; }
+template <> XL_HD bool xl_from_bits<bool>(uint32_t w) { return w != 0u; }
+template <> XL_HD float xl_from_bits<float>(uint32_t w) {
+#if XL_ON_GPU
+    return __uint_as_float(w);
+#else
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+#endif
+}
+
+template <typename T>
+XL_HD uint32_t xl_word_of(const void* shared_base, const T* element) {
+    return (uint32_t)((const uint32_t*)(const void*)element - (const uint32_t*)shared_base);
+}
+
+XL_HD uint32_t xl_atomic_inc(uint32_t* counter) {
+#if XL_ON_GPU
+    return atomicAdd(counter, 1u);
+#else
+    return (*counter)++;
+#endif
+}
+
+// `sh.f[i] = v` in a collective stage, by the request in `slot`.
+XL_HD void xl_put(const XlColl& c, int32_t slot, uint32_t word, uint32_t bits) {
+    const uint32_t me = (uint32_t)slot + 1u;
+#if XL_ON_GPU
+    const uint32_t old = atomicCAS(&c.tag[word], 0u, me);
+#else
+    const uint32_t old = c.tag[word];
+    if (old == 0u) c.tag[word] = me;
+#endif
+    if (old == 0u) {
+        c.dirty[xl_atomic_inc(c.n_dirty)] = word;
+        c.val[word] = bits;
+    } else if ((old & XL_TAG_WRITER) == me) {
+        c.val[word] = bits;  // this request's own earlier write: the last one counts
+    } else {
+#if XL_ON_GPU
+        atomicOr(&c.tag[word], XL_TAG_CONFLICT);
+#else
+        c.tag[word] |= XL_TAG_CONFLICT;
+#endif
+        c.conflict[slot] = 1;
+    }
+}
+
+// `sh.f[i] += v` in a collective stage (integers: wrapping, so the order does not matter).
+XL_HD void xl_add(const XlColl& c, uint32_t word, uint32_t bits) {
+#if XL_ON_GPU
+    if (atomicCAS(&c.tag[word], 0u, XL_TAG_SUM) == 0u) c.dirty[xl_atomic_inc(c.n_dirty)] = word;
+    atomicAdd(&c.val[word], bits);
+#else
+    if (c.tag[word] == 0u) {
+        c.tag[word] = XL_TAG_SUM;
+        c.dirty[(*c.n_dirty)++] = word;
+    }
+    c.val[word] += bits;
+#endif
+}
+
+// The stage's end, by all threads of the block: store every write into the Shared struct,
+// except words written by two requests (their writers are marked in `conflict`); clear
+// the shadow for the next stage.
+XL_DEVICE void xl_apply_shared(const XlColl& c, void* shared_base) {
+    uint32_t* words = (uint32_t*)shared_base;
+    const uint32_t n = *c.n_dirty;
+    for (uint32_t i = (uint32_t)XL_THREAD; i < n; i += (uint32_t)XL_THREADS) {
+        const uint32_t w = c.dirty[i];
+        const uint32_t tag = c.tag[w];
+        if (tag == XL_TAG_SUM) words[w] += c.val[w];
+        else if (tag & XL_TAG_CONFLICT) c.conflict[(tag & XL_TAG_WRITER) - 1u] = 1;
+        else words[w] = c.val[w];
+        c.tag[w] = 0u;
+        c.val[w] = 0u;
+    }
+    XL_BLOCK_SYNC();
+    if (XL_THREAD == 0) *c.n_dirty = 0u;
+    XL_BLOCK_SYNC();
+}
+
+// Keys that order contributions as min_of/max_of/argmin/argmax do: integers by value,
+// f32 by IEEE totalOrder with every NaN the canonical one (ops.total_order_key).
+XL_HD uint32_t xl_order_key(uint32_t bits, int word) {
+    if (word == XL_WORD_I) return bits ^ 0x80000000u;
+    if (word == XL_WORD_U) return bits;
+    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0u) bits = 0x7FC00000u;
+    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+#if XL_ON_GPU
+// Block-wide inclusive sum of one value per thread (all threads call it); *total: the block's sum.
+__device__ uint32_t xl_block_inclusive_sum(uint32_t v, uint32_t* total) {
+    __shared__ uint32_t warp_sums[32];
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5), warps = (int)((blockDim.x + 31u) >> 5);
+    uint32_t x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xFFFFFFFFu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    uint32_t before = 0u, all = 0u;
+    for (int w = 0; w < warps; ++w) {
+        before += w < warp ? warp_sums[w] : 0u;
+        all += warp_sums[w];
+    }
+    __syncthreads();
+    *total = all;
+    return before + x;
+}
+
+// Block-wide minimum of one 64-bit key per thread (all threads call it).
+__device__ uint64_t xl_block_min_u64(uint64_t v) {
+    __shared__ uint64_t warp_mins[32];
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5), warps = (int)((blockDim.x + 31u) >> 5);
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t y = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+        v = y < v ? y : v;
+    }
+    if (lane == 0) warp_mins[warp] = v;
+    __syncthreads();
+    uint64_t best = warp_mins[0];
+    for (int w = 1; w < warps; ++w) best = warp_mins[w] < best ? warp_mins[w] : best;
+    __syncthreads();
+    return best;
+}
+#else
+inline uint32_t xl_block_inclusive_sum(uint32_t v, uint32_t* total) { *total = v; return v; }
+inline uint64_t xl_block_min_u64(uint64_t v) { return v; }
+#endif
+
+// Collective `op` over the slots 0..n-1 that take part (c.part), in slot order, which is
+// request-id order: c.result[i] for each participant, from c.contrib[i]. By all threads.
+XL_DEVICE void xl_collective(const XlColl& c, int op, int word, const int32_t* active, int32_t n) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    if (op == XL_SCAN || op == XL_SUM || op == XL_COUNT) {
+        uint32_t carry = 0u;  // wrapping sums: any order of additions gives the same bits
+        for (int32_t base = 0; base < n; base += nt) {
+            const int32_t i = base + t;
+            const bool in = i < n && c.part[i];
+            const uint32_t v = !in ? 0u : (op == XL_COUNT ? (c.contrib[i] != 0u ? 1u : 0u) : c.contrib[i]);
+            uint32_t chunk = 0u;
+            const uint32_t inclusive = xl_block_inclusive_sum(v, &chunk);
+            if (in && op == XL_SCAN) c.result[i] = carry + inclusive - v;
+            carry += chunk;
+        }
+        if (op != XL_SCAN)
+            for (int32_t i = t; i < n; i += nt)
+                if (c.part[i]) c.result[i] = carry;
+    } else {
+        // The winner: least (key, slot), with the key complemented for max: ties go to the lowest id.
+        const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
+        uint64_t best = ~0ull;
+        for (int32_t base = 0; base < n; base += nt) {
+            const int32_t i = base + t;
+            uint64_t mine = ~0ull;
+            if (i < n && c.part[i]) {
+                const uint32_t key = xl_order_key(c.contrib[i], word);
+                mine = ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i;
+            }
+            const uint64_t chunk = xl_block_min_u64(mine);
+            best = chunk < best ? chunk : best;
+        }
+        if (best != ~0ull) {  // (no participant left: nothing to give)
+            const int32_t winner = (int32_t)(uint32_t)(best & 0xFFFFFFFFull);
+            const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner] : c.contrib[winner];
+            XL_BLOCK_SYNC();
+            for (int32_t i = t; i < n; i += nt)
+                if (c.part[i]) c.result[i] = value;
+        }
+    }
+    XL_BLOCK_SYNC();
+}
+
+// The same collective with one participant (fast mode: a request alone under the lock).
+XL_HD uint32_t xl_collective_solo(int op, uint32_t contrib, int32_t req_id) {
+    switch (op) {
+    case XL_SCAN: return 0u;
+    case XL_COUNT: return contrib != 0u ? 1u : 0u;
+    case XL_ARGMIN:
+    case XL_ARGMAX: return (uint32_t)req_id;
+    default: return contrib;
+    }
 }
