@@ -792,7 +792,7 @@ class Checker:
             return None
         if s.op not in ("=", "+=", "-="):
             self.error(s.loc, f"in a collective stage shared state is written with '=' (one request per element) "
-                              f"or summed with '+=' / '-='; '{s.op}' would depend on the order of the requests")
+                              f"or summed with '+=' / '-=', not '{s.op}'")
             return None
         mode = "=" if s.op == "=" else "+="
         if mode == "+=" and not ir.is_int(elem):

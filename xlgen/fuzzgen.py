@@ -130,7 +130,8 @@ class Helper:
 
 @dataclass
 class Ctx:
-    kind: str  # "stage", "arbiter", "fn", "guard", "done"
+    kind: str  # "stage", "arbiter", "collective", "fn", "guard", "done"
+    shared_modes: dict = field(default_factory=dict)  # collective stage: shared field -> "=" or "+="
     scopes: list[dict] = field(default_factory=list)
     loops: int = 0
     fn_index: int = 10 ** 9  # helpers with a smaller index may be called
@@ -589,12 +590,12 @@ class Generator:
         for s in ctx.visible():
             if s.mutable and not isinstance(s.type, Arr):
                 out.append(("local", s.type, s))
-        if ctx.kind in ("stage", "arbiter"):
+        if ctx.kind in ("stage", "arbiter", "collective"):
             for s in self.fields:
                 if s.name == self.count_field:
                     continue
                 out.append(("elem" if isinstance(s.type, Arr) else "field", s.type.elem if isinstance(s.type, Arr) else s.type, s))
-        if ctx.kind == "arbiter":
+        if ctx.kind in ("arbiter", "collective"):
             for s in self.shared:
                 out.append(("elem" if isinstance(s.type, Arr) else "field", s.type.elem if isinstance(s.type, Arr) else s.type, s))
         return out
@@ -625,6 +626,9 @@ class Generator:
                    "f32": ["=", "+=", "-=", "*=", "/="], "bool": ["="], "enum": ["="],
                    "flags": ["=", "&=", "|=", "^="]}[k]
             op = self.pick(ops + ["="] * 3)
+            if ctx.kind == "collective" and s in self.shared:  # claimed with '=', or summed (integers)
+                mode = ctx.shared_modes.setdefault(s.name, self.pick(["=", "+="]) if k in ("i32", "u32") else "=")
+                op = "=" if mode == "=" else self.pick(["+=", "-="])
             if op in ("<<=", ">>="):
                 # the value is checked with the target's type as hint: keep the amount that type
                 amount = self.expr(ctx, t, d)
@@ -812,17 +816,32 @@ class Generator:
         if first:
             body.append(f"    {self.count_field} += 1")
         body += self.block(ctx, self.rng.randrange(2, 8), 2, 1)
+        for _ in range(self.rng.randrange(0, 4) if kind == "collective" else 0):
+            body.append(self.collective_let(ctx))  # at the top level, between statements
+            body += self.block(ctx, self.rng.randrange(0, 4), 2, 1)
         self.pop(ctx)
         return [f"{kind} {name}{guard} {{", *body, "}"]
+
+    def collective_let(self, ctx: Ctx) -> str:
+        """`let c = op(e)` in a collective stage (docs/semantics.md §13.1)."""
+        op, t = self.pick([("scan", "i32"), ("scan", "u32"), ("sum", "i32"), ("sum", "u32"), ("count", "bool"),
+                           ("min_of", "i32"), ("max_of", "u32"), ("min_of", "f32"), ("max_of", "f32"),
+                           ("argmin", "i32"), ("argmax", "f32"), ("argmin", "u32")])
+        value = self.expr(ctx, t, self.rng.randrange(1, 4))
+        name = self.new_local(ctx, "c")
+        result = "i32" if op in ("count", "argmin", "argmax") else t
+        ctx.scopes[-1][name] = Sym(name, result)
+        return f"    let {name} = {op}({value.text})"
 
     def program(self) -> str:
         # names of helpers and stages first, so that other names can collide with what they become
         helper_names = [self.fresh("h") for _ in range(self.rng.randrange(1, 4))]
-        kinds = ["stage"] * self.rng.randrange(2, 5) + ["arbiter"] * self.rng.choice([0, 1, 1, 2])
+        kinds = ["stage"] * self.rng.randrange(2, 5) + ["arbiter"] * self.rng.choice([0, 1, 1, 2]) \
+            + ["collective"] * self.rng.choice([0, 1, 1, 2])
         rest = kinds[1:]  # the first is the stage counting rounds; the others in any order
         self.rng.shuffle(rest)
         kinds = kinds[:1] + rest
-        stages = [self.fresh("s" if kind == "stage" else "arb") for kind in kinds]
+        stages = [self.fresh({"stage": "s", "arbiter": "arb", "collective": "col"}[kind]) for kind in kinds]
         self.derived = [f"fn_{h}" for h in helper_names] + [f"{prefix}_{s}" for s in stages
                                                             for prefix in ("stage", "guard", "trace")]
         self.declare()

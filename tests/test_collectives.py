@@ -1,0 +1,249 @@
+"""Collective stages (docs/semantics.md §13.1) on every backend.
+
+Each test runs a small pipeline on the simulator and on each backend (the CPU build,
+and the GPU where there is one), which must agree bit for bit, and checks the
+simulator's result against values worked out here by hand from the semantics.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+
+from xlgen.build import load_text
+from xlgen.diff import compare, compare_results
+from xlgen.fuzzgen import backends, run_backend
+from xlgen.runtime import sim
+from xlgen.runtime.ops import ERR_CONFLICT, ERR_INDEX, collective, total_order_key
+from xlgen.runtime.sim import KIND_ERROR, REC_HEADER
+
+BACKENDS = [pytest.param(b, marks=pytest.mark.gpu) if b == "gpu" else b for b in backends()]
+
+
+def run_on(backend, src, inputs, max_active=None, max_rounds=8, params=None):
+    compiled = load_text(src, name="coll.xl")
+    cfg = sim.LaunchConfig(max_active=max_active or max(1, len(inputs)), max_rounds=max_rounds)
+    expected = sim.run(compiled.sim_module(), params or {}, inputs, cfg)
+    got = run_backend(backend, compiled, params or {}, inputs, cfg)
+    divergence = compare(compiled.program, expected, got)
+    assert divergence is None, f"{backend} differs from the simulator:\n{divergence.render()}"
+    return compiled, expected
+
+
+def f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+COLLECTIVES_SRC = """pipeline coll
+request {
+    v: i32
+    u: u32
+    x: f32
+    on: bool = true
+    r_scan: i32
+    r_sum: i32
+    r_uscan: u32
+    r_count: i32
+    r_min: i32
+    r_max: u32
+    r_fmin: f32
+    r_fmax: f32
+    r_argmin: i32
+    r_argmax: i32
+    r_fargmin: i32
+    done_: bool
+}
+collective all when on {
+    let a = scan(v)
+    let b = sum(v)
+    let c = scan(u)
+    let d = count(v > 0)
+    let e = min_of(v)
+    let f = max_of(u)
+    let g = min_of(x)
+    let h = max_of(x)
+    let i = argmin(v)
+    let j = argmax(u)
+    let k = argmin(x)
+    r_scan = a
+    r_sum = b
+    r_uscan = c
+    r_count = d
+    r_min = e
+    r_max = f
+    r_fmin = g
+    r_fmax = h
+    r_argmin = i
+    r_argmax = j
+    r_fargmin = k
+    done_ = true
+}
+done when done_
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_every_collective(backend, n):
+    """Results worked out from the definitions; 300 requests span several GPU chunks."""
+    vs = [((i * 7919) % 23) - 11 for i in range(n)]
+    vs[0] = 2147483647  # sums wrap
+    us = [(i * 2654435761) & 0xFFFFFFFF for i in range(n)]
+    xs = [f32(((i * 37) % 11) - 5.5) for i in range(n)]
+    if n > 2:
+        xs[1], xs[2] = -0.0, 0.0  # totalOrder: -0.0 < 0.0
+    inputs = [{"v": v, "u": u, "x": x} for v, u, x in zip(vs, us, xs)]
+    if n > 3:
+        inputs[3]["on"] = False  # not a participant
+    _, result = run_on(backend, COLLECTIVES_SRC, inputs)
+    part = [i for i in range(n) if inputs[i].get("on", True)]
+    wrap = lambda x: ((x + 2**31) % 2**32) - 2**31  # noqa: E731
+    state = result.requests
+    total = 0
+    for i in part:
+        assert state["r_scan"][i] == wrap(total), i
+        total += vs[i]
+    utotal = 0
+    for i in part:
+        assert state["r_uscan"][i] == utotal % 2**32
+        utotal += us[i]
+    pv = [vs[i] for i in part]
+    pu = [us[i] for i in part]
+    px = [xs[i] for i in part]
+    for i in part:
+        assert state["r_sum"][i] == wrap(sum(pv))
+        assert state["r_count"][i] == sum(1 for v in pv if v > 0)
+        assert state["r_min"][i] == min(pv) and state["r_max"][i] == max(pu)
+        assert state["r_argmin"][i] == part[pv.index(min(pv))]  # index(): the first, i.e. lowest id
+        assert state["r_argmax"][i] == part[pu.index(max(pu))]
+        fmin = min(px)
+        if fmin == 0.0 and n > 2:
+            assert math.copysign(1.0, state["r_fmin"][i]) == -1.0  # -0.0 is less than 0.0
+        assert state["r_fmin"][i] == fmin and state["r_fmax"][i] == max(px)
+    if n > 3:
+        assert state["r_scan"][3] == 0 and state["r_sum"][3] == 0  # took no part: nothing assigned
+
+
+def test_total_order_of_floats():
+    """min_of/max_of order f32 by IEEE totalOrder, NaN greatest; argmin ties go to the lowest id."""
+    values = [0.0, -0.0, math.inf, math.nan, -math.inf, 1.0]
+    ordered = sorted(range(len(values)), key=lambda i: total_order_key(values[i], "f"))
+    assert ordered == [4, 1, 0, 5, 2, 3]
+    assert collective("argmin", "i", [(3, 5), (7, 4), (9, 4)]) == [7, 7, 7]
+    assert collective("argmax", "i", [(3, 5), (7, 5), (9, 4)]) == [3, 3, 3]
+    assert collective("scan", "u", [(0, 0xFFFFFFFF), (1, 2), (2, 1)]) == [0, 0xFFFFFFFF, 1]
+
+
+WRITES_SRC = """pipeline writes
+shared {
+    slot: i32[8] = -1
+    total: i32 = 100
+    utotal: u32
+    seen: i32[8]
+    flag: i32 = 7
+}
+request {
+    want: i32
+    dup: bool
+    before: i32
+    after: i32
+    done_: bool
+}
+collective take when !done_ {
+    let first = scan(want)
+    for k in 0..8 {
+        if k >= want {
+            break
+        }
+        slot[first + k] = req_id
+    }
+    if dup {
+        flag = req_id
+    }
+    total -= want
+    utotal += 1u
+    seen[req_id % 8] += 1
+    before = slot[0]
+    slot[0] = slot[0]
+    after = slot[0]
+    done_ = true
+}
+done when done_
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shared_writes_conflicts_and_sums(backend):
+    """Writes take effect at the stage's end (reads see the state before it); two writers
+    of one element both fail with CONFLICT and the element keeps its value; sums add up."""
+    inputs = [{"want": 2}, {"want": 1, "dup": True}, {"want": 3}, {"want": 0, "dup": True}]
+    compiled, result = run_on(backend, WRITES_SRC, inputs)
+    sh, state = result.shared, result.requests
+    # every request writes slot[0] (`slot[0] = slot[0]`): all four conflict
+    for req in range(4):
+        recs = result.per_request(req)
+        err = recs[recs[:, 2] == KIND_ERROR]
+        assert len(err) == 1 and int(err[0][REC_HEADER]) == ERR_CONFLICT, recs.tolist()
+        assert int(err[0][REC_HEADER + 1]) == compiled.program.stage("take").loc.line
+    assert int(sh["slot"][0][0]) == -1  # conflicted: the value from before the stage
+    # the other claimed elements are written: offsets 0, 2, 3, 6 from the scan
+    assert [int(x) for x in sh["slot"][0]] == [-1, 0, 1, 2, 2, 2, -1, -1]
+    assert int(sh["flag"][0]) == 7  # requests 1 and 3 both wrote it
+    assert int(sh["total"][0]) == 100 - 6 and int(sh["utotal"][0]) == 4
+    assert [int(x) for x in sh["seen"][0]] == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert list(state["before"]) == [-1] * 4 and list(state["after"]) == [-1] * 4  # snapshot reads
+
+
+ERRORS_SRC = """pipeline errs
+shared {
+    got: i32[4]
+    hits: i32
+}
+request {
+    bad: i32
+    s1: i32
+    s2: i32
+    done_: bool
+}
+collective c {
+    let a = count(true)
+    hits += 1
+    let i = got[bad]
+    let b = count(true)
+    s1 = a
+    s2 = b + i
+    done_ = true
+}
+trace c: s1, s2
+done when done_
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("max_active", [1, 4])
+def test_a_failed_request_leaves_later_collectives(backend, max_active):
+    """Request 1 fails (INDEX) between two collectives: it is counted in the first, not the
+    second, and its completed shared writes stay."""
+    inputs = [{}, {"bad": 9}, {}, {}]
+    compiled, result = run_on(backend, ERRORS_SRC, inputs, max_active=max_active)
+    recs = result.per_request(1)
+    assert int(recs[-1][2]) == KIND_ERROR and int(recs[-1][REC_HEADER]) == ERR_INDEX
+    state = result.requests
+    batch = min(max_active, 4)
+    for req in (0, 2, 3):
+        assert state["s1"][req] == batch and state["s2"][req] == (batch - 1 if batch > 1 else 1)
+    assert int(result.shared["hits"][0]) == 4
+
+
+def test_fast_mode_runs_each_request_alone():
+    """Fast mode (run_interleaved): a collective stage has one participant, under the lock."""
+    compiled = load_text(ERRORS_SRC.replace("let i = got[bad]", "let i = got[bad % 4]"), name="coll.xl")
+    module = compiled.sim_module()
+    result = sim.run_interleaved(module, {}, [{}, {"bad": 9}, {}], sim.LaunchConfig(max_active=3), seed=1)
+    assert list(result.requests["s1"]) == [1, 1, 1] and list(result.requests["s2"]) == [1, 1, 1]
+    assert int(result.shared["hits"][0]) == 3
+    deterministic = sim.run(module, {}, [{}, {"bad": 9}, {}], sim.LaunchConfig(max_active=3))
+    assert compare_results(compiled.program, result, deterministic, ["done_"]) is None
+    assert list(deterministic.requests["s1"]) == [3, 3, 3]
