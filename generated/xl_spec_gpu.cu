@@ -235,7 +235,9 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
 __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                           int32_t n_active, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
     (void)xc;
-    xl_arbiter_turns(4, reqs, sh, p, active, keep, n_active, round, sink, where);
+    run_collective_kv_manage(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    run_collective_kv_collect(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    xl_arbiter_turns(6, reqs, sh, p, active, keep, n_active, round, sink, where);
 }
 
 extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,

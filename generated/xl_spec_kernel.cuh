@@ -124,6 +124,8 @@ struct Request {
     int32_t kv_draft_pages;
     int32_t kv_prev_tick;
     uint32_t kv_forced_pressure;
+    int32_t kv_evict_want;
+    uint32_t kv_evict_recomputes;
     uint32_t kv_oversize;
     int32_t kv_hits;
     int32_t kv_misses;
@@ -135,7 +137,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1321 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1323 * 4, "Request layout must match xlgen/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -161,12 +163,13 @@ struct Shared {
     int32_t kv_evict_decode;
     int32_t kv_evict_recompute;
     int32_t kv_yields;
+    int32_t kv_pending;
 };
-static_assert(sizeof(Shared) == 180235 * 4, "Shared layout must match xlgen/layout.py");
-constexpr int32_t XL_SHARED_WORDS = 180235;
+static_assert(sizeof(Shared) == 180236 * 4, "Shared layout must match xlgen/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 180236;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 1;
+constexpr int XL_FRAME_WORDS = 28;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -269,17 +272,17 @@ XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     return xl_clamp(b, 1, MAX_BLOCK);
 }
 
-// stages/kv.xl:43
+// stages/kv.xl:53
 XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t tokens, int32_t pt) {
     XlErr err = {0, 0, 0};
     {
-        const int32_t xl_v = xl_div(err, 1, 44, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
+        const int32_t xl_v = xl_div(err, 1, 54, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
         if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
 
-// stages/kv.xl:48
+// stages/kv.xl:58
 XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t policy, int32_t prio_a, float ema_a, int32_t use_a, int32_t prio_b, float ema_b, int32_t use_b) {
     (void)xl_caller;
     (void)p;
@@ -293,6 +296,14 @@ XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p
         }
     }
     return (use_a < use_b);
+}
+
+// stages/kv.xl:336
+XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
+    (void)xl_caller;
+    (void)p;
+    (void)xl_key;
+    return (((served == 0) && (last_progress < xl_sub(now, 1))) && (stalled_holder != 2147483647));
 }
 
 // stages/prefill.xl:10: stage prefill
@@ -451,418 +462,551 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
-// stages/kv.xl:60: arbiter kv_manage
+// stages/kv.xl:70: collective kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
 
-XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t req_id) {
+// The stage's top-level locals, kept across its collectives.
+struct Frame_kv_manage {
+    int32_t now;
+    int32_t pt;
+    int32_t pool;
+    bool pressured;
+    int32_t lost;
+    int32_t committed_tok;
+    int32_t total_tok;
+    int32_t cp;
+    int32_t tp;
+    bool graft_wait;
+    int32_t missing_committed;
+    int32_t need;
+    int32_t supply;
+    int32_t before;
+    bool ok;
+    int32_t taken;
+    int32_t served;
+    int32_t stalled_holder;
+    int32_t first;
+    int32_t keep;
+    int32_t freed;
+    int32_t push_at;
+    int32_t pushed;
+    int32_t popped;
+    int32_t slot;
+    int32_t released_committed;
+    int32_t own_committed;
+    int32_t own_draft;
+};
+static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+constexpr int XL_kv_manage_COLLECTIVES = 7;
+// Collective k's operation and its contribution's word kind.
+XL_HD int xl_kv_manage_op(int k) {
+    const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
+    return ops[k];
+}
+XL_HD int xl_kv_manage_word(int k) {
+    const int words[7] = {XL_WORD_I, XL_WORD_I, XL_WORD_U, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+    return words[k];
+}
+
+// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
+// (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
+XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t req_id, Frame_kv_manage& f, const XlColl& xc,
+                                   int32_t xl_slot) {
     XlErr err = {0, 0, 0};
-    sh.kv_tick = xl_add(sh.kv_tick, 1);
-    [[maybe_unused]] int32_t now = sh.kv_tick;
-    [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
-    [[maybe_unused]] int32_t pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
-    if (r.kv_prev_tick < 0) {
-        r.kv_forced_pressure = ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE);
-    }
-    [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
-    r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
-    [[maybe_unused]] int32_t lost = 0;
-    for (int32_t k = 0; k < 256; ++k) {
-        if (k >= r.kv_held) {
-            break;
+    (void)xl_in; (void)xl_out; (void)f; (void)xc; (void)xl_slot;
+    switch (xl_seg) {
+    case 0: {
+        f.now = xl_add(sh.kv_tick, 1);
+        f.pt = xl_max(p.page_tokens, 1);
+        f.pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
+        if (r.kv_prev_tick < 0) {
+            r.kv_forced_pressure = ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE);
         }
-        [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 79, pg, 16384)] != r.kv_gens[k]);
-        if (err.code) return err;
-        if (xl_c1) {
-            r.kv_pages[k] = -1;
-            lost = xl_add(lost, 1);
+        f.pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(f.pool))));
+        r.req_flags = (f.pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
+        f.lost = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if (k >= r.kv_held) {
+                break;
+            }
+            [[maybe_unused]] int32_t pg = r.kv_pages[k];
+            const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 88, pg, 16384)] != r.kv_gens[k]);
+            if (err.code) return err;
+            if (xl_c1) {
+                r.kv_pages[k] = -1;
+                f.lost = xl_add(f.lost, 1);
+            }
         }
-    }
-    if (lost > 0) {
-        r.kv_misses = xl_add(r.kv_misses, 1);
-        r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
-    } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
-        r.kv_hits = xl_add(r.kv_hits, 1);
-    }
-    [[maybe_unused]] int32_t committed_tok = 0;
-    [[maybe_unused]] int32_t total_tok = 0;
-    if (r.state == ReqState::PREFILL_READY) {
-        [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
-        if (err.code) return err;
-        total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
-    } else if (r.state != ReqState::DONE) {
-        committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
-        total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
-    }
-    [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
-    if (err.code) return err;
-    [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
-    if (err.code) return err;
-    if ((tp > MAX_REQ_PAGES) || (tp > pool)) {
-        r.kv_oversize = true;
-    }
-    if (r.kv_oversize) {
-        tp = 0;
-        cp = 0;
-    }
-    r.kv_want = tp;
-    [[maybe_unused]] bool graft_wait = false;
-    if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
-        [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 117, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
-        if (err.code) return err;
-        if (g > 0) {
-            for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
-                if (xl_p >= sh.kv_fresh) {
-                    break;
-                }
-                if ((sh.page_owner[xl_p] == r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
-                    if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
-                        {
-                            const int32_t xl_v = xl_p;
-                            const int32_t xl_i = xl_idx(err, 1, 125, sh.page_slot[xl_p], 256);
-                            if (err.code) return err;
-                            r.kv_pages[xl_i] = xl_v;
+        if (f.lost > 0) {
+            r.kv_misses = xl_add(r.kv_misses, 1);
+            r.kv_miss_pages = xl_add(r.kv_miss_pages, f.lost);
+        } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
+            r.kv_hits = xl_add(r.kv_hits, 1);
+        }
+        f.committed_tok = 0;
+        f.total_tok = 0;
+        if (r.state == ReqState::PREFILL_READY) {
+            [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, f.pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+            if (err.code) return err;
+            f.total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
+        } else if (r.state != ReqState::DONE) {
+            f.committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
+            f.total_tok = xl_add(xl_add(f.committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
+        }
+        {
+            const int32_t xl_v = fn_pages_for(err, 1, p, f.committed_tok, f.pt);
+            if (err.code) return err;
+            f.cp = xl_v;
+        }
+        {
+            const int32_t xl_v = fn_pages_for(err, 1, p, f.total_tok, f.pt);
+            if (err.code) return err;
+            f.tp = xl_v;
+        }
+        if ((f.tp > MAX_REQ_PAGES) || (f.tp > f.pool)) {
+            r.kv_oversize = true;
+        }
+        if (r.kv_oversize) {
+            f.tp = 0;
+            f.cp = 0;
+        }
+        r.kv_want = f.tp;
+        f.graft_wait = false;
+        if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
+            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 126, xl_min(r.shared_prefix_len, r.prompt_len), f.pt), xl_sub(f.tp, 1));
+            if (err.code) return err;
+            if (g > 0) {
+                for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
+                    if (xl_p >= sh.kv_fresh) {
+                        break;
+                    }
+                    if ((sh.page_owner[xl_p] == r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
+                        if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
+                            {
+                                const int32_t xl_v = xl_p;
+                                const int32_t xl_i = xl_idx(err, 1, 134, sh.page_slot[xl_p], 256);
+                                if (err.code) return err;
+                                r.kv_pages[xl_i] = xl_v;
+                            }
+                        } else {
+                            f.graft_wait = true;
                         }
+                    }
+                }
+                [[maybe_unused]] int32_t run = 0;
+                for (int32_t k = 0; k < 256; ++k) {
+                    if (k >= g) {
+                        break;
+                    }
+                    if (((r.kv_pages[k] < 0) || f.graft_wait) || (run < k)) {
+                        r.kv_pages[k] = -1;
                     } else {
-                        graft_wait = true;
+                        run = xl_add(run, 1);
+                        {
+                            const int32_t xl_v = 1;
+                            const int32_t xl_i = xl_idx(err, 1, 149, r.kv_pages[k], 16384);
+                            if (err.code) return err;
+                            xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 150, r.kv_pages[k], 16384)];
+                            const int32_t xl_i = k;
+                            if (err.code) return err;
+                            r.kv_gens[xl_i] = xl_v;
+                        }
+                    }
+                }
+                r.kv_borrowed = run;
+                r.kv_held = run;
+            }
+        }
+        f.missing_committed = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if (k >= f.cp) {
+                break;
+            }
+            if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
+                f.missing_committed = xl_add(f.missing_committed, 1);
+            } else {
+                const bool xl_c2 = (k >= r.kv_borrowed) && (sh.page_kind[xl_idx(err, 1, 167, r.kv_pages[k], 16384)] == PageKind::DRAFT);
+                if (err.code) return err;
+                if (xl_c2) {
+                    {
+                        const int32_t xl_v = PageKind::COMMITTED;
+                        const int32_t xl_i = xl_idx(err, 1, 168, r.kv_pages[k], 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = xl_neg(1);
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = 1;
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
                     }
                 }
             }
-            [[maybe_unused]] int32_t run = 0;
+        }
+        f.need = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if ((k >= f.tp) || f.graft_wait) {
+                break;
+            }
+            if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
+                f.need = xl_add(f.need, 1);
+            }
+        }
+        f.supply = xl_sub(xl_add(sh.kv_free_top, f.pool), sh.kv_fresh);
+        {
+            const int32_t xl_v = f.need;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 1: {
+        f.before = xl_from_bits<int32_t>(xl_in);
+        f.ok = ((!f.graft_wait) && ((f.need == 0) || (xl_add(f.before, f.need) <= f.supply)));
+        r.kv_evict_want = (((((!f.ok) && (f.need > 0)) && (f.before <= f.supply)) && (r.state != ReqState::PREFILL_READY)) ? f.need : 0);
+        r.kv_evict_recomputes = (f.missing_committed > 0);
+        {
+            const int32_t xl_v = (f.ok ? f.need : 0);
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 2: {
+        f.taken = xl_from_bits<int32_t>(xl_in);
+        {
+            const bool xl_v = f.ok;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 3: {
+        f.served = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = (((!f.ok) && (r.kv_held > 0)) ? req_id : 2147483647);
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 4: {
+        f.stalled_holder = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = req_id;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 5: {
+        f.first = xl_from_bits<int32_t>(xl_in);
+        if (f.ok) {
+            [[maybe_unused]] int32_t t = f.before;
             for (int32_t k = 0; k < 256; ++k) {
-                if (k >= g) {
+                if (k >= f.tp) {
                     break;
                 }
-                if (((r.kv_pages[k] < 0) || graft_wait) || (run < k)) {
-                    r.kv_pages[k] = -1;
-                } else {
-                    run = xl_add(run, 1);
+                if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
+                    [[maybe_unused]] int32_t pg = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 202, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    if (err.code) return err;
+                    t = xl_add(t, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_refs[xl_idx(err, 1, 140, r.kv_pages[k], 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 140, r.kv_pages[k], 16384);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 204, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 204, pg, 16384);
                         if (err.code) return err;
-                        sh.page_refs[xl_i] = xl_v;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 141, r.kv_pages[k], 16384)];
+                        const int32_t xl_v = req_id;
+                        const int32_t xl_i = xl_idx(err, 1, 205, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = 1;
+                        const int32_t xl_i = xl_idx(err, 1, 206, pg, 16384);
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = k;
+                        const int32_t xl_i = xl_idx(err, 1, 207, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = ((k < f.cp) ? PageKind::COMMITTED : PageKind::DRAFT);
+                        const int32_t xl_i = xl_idx(err, 1, 208, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                    }
+                    r.kv_pages[k] = pg;
+                    {
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 210, pg, 16384)], 1);
                         const int32_t xl_i = k;
                         if (err.code) return err;
                         r.kv_gens[xl_i] = xl_v;
                     }
-                }
-            }
-            r.kv_borrowed = run;
-            r.kv_held = run;
-        }
-    }
-    for (int32_t k = 0; k < 256; ++k) {
-        if (k >= xl_min(cp, r.kv_held)) {
-            break;
-        }
-        [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && (sh.page_kind[xl_idx(err, 1, 155, pg, 16384)] == PageKind::DRAFT);
-        if (err.code) return err;
-        if (xl_c2) {
-            {
-                const int32_t xl_v = PageKind::COMMITTED;
-                const int32_t xl_i = xl_idx(err, 1, 156, pg, 16384);
-                if (err.code) return err;
-                sh.page_kind[xl_i] = xl_v;
-            }
-            sh.kv_draft = xl_sub(sh.kv_draft, 1);
-            sh.kv_committed = xl_add(sh.kv_committed, 1);
-        }
-    }
-    [[maybe_unused]] bool ok = (!graft_wait);
-    for (int32_t k = 0; k < 256; ++k) {
-        if ((k >= tp) || (!ok)) {
-            break;
-        }
-        if ((k < r.kv_held) && (r.kv_pages[k] >= 0)) {
-            continue;
-        }
-        [[maybe_unused]] int32_t pg = -1;
-        if (sh.kv_free_top > 0) {
-            sh.kv_free_top = xl_sub(sh.kv_free_top, 1);
-            {
-                const int32_t xl_v = sh.kv_free_stack[xl_idx(err, 1, 174, sh.kv_free_top, 16384)];
-                if (err.code) return err;
-                pg = xl_v;
-            }
-        } else if (sh.kv_fresh < pool) {
-            pg = sh.kv_fresh;
-            sh.kv_fresh = xl_add(sh.kv_fresh, 1);
-        } else if (r.state != ReqState::PREFILL_READY) {
-            [[maybe_unused]] int32_t best = -1;
-            for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
-                if (xl_p >= sh.kv_fresh) {
-                    break;
-                }
-                [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
-                if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
-                    const bool xl_c3 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 186, best, 16384)], sh.page_ema[xl_idx(err, 2, 186, best, 16384)], sh.page_last_use[xl_idx(err, 3, 186, best, 16384)]);
-                    if (err.code) return err;
-                    if (xl_c3) {
-                        best = xl_p;
+                    {
+                        const int32_t xl_v = 1;
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
                     }
-                }
-            }
-            if (best >= 0) {
-                pg = best;
-                {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 194, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 194, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_gen[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 195, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_kind[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 196, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_owner[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 197, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_refs[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 198, pg, 16384)]);
-                    if (err.code) return err;
-                    sh.kv_used_tokens = xl_v;
-                }
-                {
-                    const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 199, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_used[xl_i] = xl_v;
-                }
-                sh.kv_committed = xl_sub(sh.kv_committed, 1);
-                sh.kv_live = xl_sub(sh.kv_live, 1);
-                if (k < cp) {
-                    sh.kv_evict_recompute = xl_add(sh.kv_evict_recompute, 1);
-                } else {
-                    sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
+                    if (k < f.cp) {
+                        {
+                            const int32_t xl_v = 1;
+                            if (err.code) return err;
+                            xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+                        }
+                    } else {
+                        {
+                            const int32_t xl_v = 1;
+                            if (err.code) return err;
+                            xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
+                        }
+                    }
+                    r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
                 }
             }
         }
-        if (pg < 0) {
-            ok = false;
-        } else {
-            {
-                const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 212, pg, 16384)], 1);
-                const int32_t xl_i = xl_idx(err, 2, 212, pg, 16384);
-                if (err.code) return err;
-                sh.page_gen[xl_i] = xl_v;
-            }
-            {
-                const int32_t xl_v = req_id;
-                const int32_t xl_i = xl_idx(err, 1, 213, pg, 16384);
-                if (err.code) return err;
-                sh.page_owner[xl_i] = xl_v;
-            }
-            {
-                const int32_t xl_v = 1;
-                const int32_t xl_i = xl_idx(err, 1, 214, pg, 16384);
-                if (err.code) return err;
-                sh.page_refs[xl_i] = xl_v;
-            }
-            {
-                const int32_t xl_v = k;
-                const int32_t xl_i = xl_idx(err, 1, 215, pg, 16384);
-                if (err.code) return err;
-                sh.page_slot[xl_i] = xl_v;
-            }
-            r.kv_pages[k] = pg;
-            {
-                const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 217, pg, 16384)];
-                const int32_t xl_i = k;
-                if (err.code) return err;
-                r.kv_gens[xl_i] = xl_v;
-            }
-            sh.kv_live = xl_add(sh.kv_live, 1);
-            if (k < cp) {
+        f.keep = f.tp;
+        if (!f.ok) {
+            f.keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(f.cp, r.kv_borrowed));
+            r.kv_waits = xl_add(r.kv_waits, 1);
+            if (((f.served == 0) && (sh.kv_last_progress < xl_sub(f.now, 1))) && (f.stalled_holder == req_id)) {
+                f.keep = 0;
                 {
-                    const int32_t xl_v = PageKind::COMMITTED;
-                    const int32_t xl_i = xl_idx(err, 1, 220, pg, 16384);
+                    const int32_t xl_v = 1;
                     if (err.code) return err;
-                    sh.page_kind[xl_i] = xl_v;
+                    xl_add(xc, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
                 }
-                sh.kv_committed = xl_add(sh.kv_committed, 1);
-            } else {
-                {
-                    const int32_t xl_v = PageKind::DRAFT;
-                    const int32_t xl_i = xl_idx(err, 1, 223, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_kind[xl_i] = xl_v;
-                }
-                sh.kv_draft = xl_add(sh.kv_draft, 1);
+                r.kv_misses = xl_add(r.kv_misses, 1);
             }
-            r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
         }
-    }
-    [[maybe_unused]] int32_t keep = tp;
-    if (!ok) {
-        keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
-        r.kv_waits = xl_add(r.kv_waits, 1);
-        if ((sh.kv_last_progress < r.kv_prev_tick) && (r.kv_held > 0)) {
-            keep = 0;
-            sh.kv_yields = xl_add(sh.kv_yields, 1);
-            sh.kv_last_progress = now;
-            r.kv_misses = xl_add(r.kv_misses, 1);
-        }
-    } else {
-        sh.kv_last_progress = now;
-    }
-    for (int32_t k = 0; k < 256; ++k) {
-        if (k >= r.kv_held) {
-            break;
-        }
-        [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        if ((k >= keep) && (pg >= 0)) {
-            if (k >= r.kv_borrowed) {
-                r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
+        f.freed = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if (k >= r.kv_held) {
+                break;
             }
-            {
-                const int32_t xl_v = xl_sub(sh.page_refs[xl_idx(err, 1, 254, pg, 16384)], 1);
-                const int32_t xl_i = xl_idx(err, 2, 254, pg, 16384);
-                if (err.code) return err;
-                sh.page_refs[xl_i] = xl_v;
-            }
-            const bool xl_c4 = sh.page_refs[xl_idx(err, 1, 255, pg, 16384)] == 0;
+            [[maybe_unused]] int32_t pg = r.kv_pages[k];
+            const bool xl_c3 = ((((k >= f.keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= f.cp)) && (sh.page_kind[xl_idx(err, 1, 243, pg, 16384)] != PageKind::COMMITTED);
             if (err.code) return err;
-            if (xl_c4) {
-                const bool xl_c5 = sh.page_kind[xl_idx(err, 1, 256, pg, 16384)] == PageKind::DRAFT;
-                if (err.code) return err;
-                if (xl_c5) {
-                    sh.kv_draft = xl_sub(sh.kv_draft, 1);
-                } else {
-                    sh.kv_committed = xl_sub(sh.kv_committed, 1);
+            if (xl_c3) {
+                f.freed = xl_add(f.freed, 1);
+            }
+        }
+        {
+            const int32_t xl_v = f.freed;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 6: {
+        f.push_at = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = f.freed;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 7: {
+        f.pushed = xl_from_bits<int32_t>(xl_in);
+        f.popped = xl_min(f.taken, sh.kv_free_top);
+        f.slot = xl_add(xl_sub(sh.kv_free_top, f.popped), f.push_at);
+        f.released_committed = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if (k >= r.kv_held) {
+                break;
+            }
+            [[maybe_unused]] int32_t pg = r.kv_pages[k];
+            if ((k >= f.keep) && (pg >= 0)) {
+                if (k >= r.kv_borrowed) {
+                    r.kv_miss_pages = xl_add(r.kv_miss_pages, (((f.keep == 0) && (k < f.cp)) ? 1 : 0));
                 }
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 261, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 261, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_gen[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = PageKind::FREE;
+                    const int32_t xl_v = xl_neg(1);
                     const int32_t xl_i = xl_idx(err, 1, 262, pg, 16384);
                     if (err.code) return err;
-                    sh.page_kind[xl_i] = xl_v;
+                    xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                {
-                    const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 263, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_owner[xl_i] = xl_v;
+                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= f.cp)) && (sh.page_kind[xl_idx(err, 1, 263, pg, 16384)] != PageKind::COMMITTED);
+                if (err.code) return err;
+                if (xl_c4) {
+                    {
+                        const int32_t xl_v = xl_neg(1);
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 266, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 266, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = PageKind::FREE;
+                        const int32_t xl_i = xl_idx(err, 1, 267, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = -1;
+                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 269, pg, 16384)]);
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = 0;
+                        const int32_t xl_i = xl_idx(err, 1, 270, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = pg;
+                        const int32_t xl_i = xl_idx(err, 1, 271, f.slot, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                    }
+                    f.slot = xl_add(f.slot, 1);
+                    {
+                        const int32_t xl_v = xl_neg(1);
+                        if (err.code) return err;
+                        xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+                    }
+                } else {
+                    f.released_committed = xl_add(f.released_committed, 1);
+                    if (k >= r.kv_borrowed) {
+                        {
+                            const int32_t xl_v = ORPHAN;
+                            const int32_t xl_i = xl_idx(err, 1, 278, pg, 16384);
+                            if (err.code) return err;
+                            xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                        }
+                    }
                 }
-                {
-                    const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 264, pg, 16384)]);
-                    if (err.code) return err;
-                    sh.kv_used_tokens = xl_v;
-                }
-                {
-                    const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 265, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_used[xl_i] = xl_v;
-                }
-                {
-                    const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 266, sh.kv_free_top, 16384);
-                    if (err.code) return err;
-                    sh.kv_free_stack[xl_i] = xl_v;
-                }
-                sh.kv_free_top = xl_add(sh.kv_free_top, 1);
-                sh.kv_live = xl_sub(sh.kv_live, 1);
-            } else if (k >= r.kv_borrowed) {
-                {
-                    const int32_t xl_v = ORPHAN;
-                    const int32_t xl_i = xl_idx(err, 1, 270, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_owner[xl_i] = xl_v;
-                }
+                r.kv_pages[k] = -1;
             }
-            r.kv_pages[k] = -1;
         }
-    }
-    r.kv_held = xl_min(r.kv_held, keep);
-    r.kv_borrowed = xl_min(r.kv_borrowed, keep);
-    [[maybe_unused]] int32_t own_committed = 0;
-    [[maybe_unused]] int32_t own_draft = 0;
-    for (int32_t k = 0; k < 256; ++k) {
-        if (k >= r.kv_held) {
-            break;
-        }
-        [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        if ((pg >= 0) && (k >= r.kv_borrowed)) {
-            if (ok) {
-                {
-                    const int32_t xl_v = now;
-                    const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384);
-                    if (err.code) return err;
-                    sh.page_last_use[xl_i] = xl_v;
-                }
-            }
-            {
-                const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                const int32_t xl_i = xl_idx(err, 1, 291, pg, 16384);
-                if (err.code) return err;
-                sh.page_pinned[xl_i] = xl_v;
-            }
-            {
-                const int32_t xl_v = r.priority;
-                const int32_t xl_i = xl_idx(err, 1, 292, pg, 16384);
-                if (err.code) return err;
-                sh.page_prio[xl_i] = xl_v;
-            }
-            {
-                const float xl_v = r.ema_acceptance_rate;
-                const int32_t xl_i = xl_idx(err, 1, 293, pg, 16384);
-                if (err.code) return err;
-                sh.page_ema[xl_i] = xl_v;
-            }
-            [[maybe_unused]] int32_t in_page = ((sh.page_kind[xl_idx(err, 1, 294, pg, 16384)] == PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+        {
+            const int32_t xl_v = f.released_committed;
             if (err.code) return err;
+            xl_add(xc, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
+        }
+        r.kv_held = xl_min(r.kv_held, f.keep);
+        r.kv_borrowed = xl_min(r.kv_borrowed, f.keep);
+        if (f.first == req_id) {
             {
-                const int32_t xl_v = xl_add(sh.kv_used_tokens, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 295, pg, 16384)]));
+                const int32_t xl_v = f.now;
                 if (err.code) return err;
-                sh.kv_used_tokens = xl_v;
+                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_tick), xl_word_bits(xl_v));
             }
             {
-                const int32_t xl_v = in_page;
-                const int32_t xl_i = xl_idx(err, 1, 296, pg, 16384);
+                const int32_t xl_v = xl_add(xl_sub(sh.kv_free_top, f.popped), f.pushed);
                 if (err.code) return err;
-                sh.page_used[xl_i] = xl_v;
+                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
-            const bool xl_c6 = sh.page_kind[xl_idx(err, 1, 297, pg, 16384)] == PageKind::COMMITTED;
+            {
+                const int32_t xl_v = xl_sub(xl_add(sh.kv_fresh, f.taken), f.popped);
+                if (err.code) return err;
+                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
+            }
+            const bool xl_c5 = (f.served > 0) || fn_kv_yields_any(err, 1, p, f.served, sh.kv_last_progress, f.now, f.stalled_holder);
             if (err.code) return err;
-            if (xl_c6) {
-                own_committed = xl_add(own_committed, 1);
-            } else {
-                own_draft = xl_add(own_draft, 1);
+            if (xl_c5) {
+                {
+                    const int32_t xl_v = f.now;
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
+                }
             }
         }
+        f.own_committed = 0;
+        f.own_draft = 0;
+        for (int32_t k = 0; k < 256; ++k) {
+            if (k >= r.kv_held) {
+                break;
+            }
+            [[maybe_unused]] int32_t pg = r.kv_pages[k];
+            if ((pg >= 0) && (k >= r.kv_borrowed)) {
+                if (f.ok) {
+                    {
+                        const int32_t xl_v = f.now;
+                        const int32_t xl_i = xl_idx(err, 1, 307, pg, 16384);
+                        if (err.code) return err;
+                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                {
+                    const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                    const int32_t xl_i = xl_idx(err, 1, 309, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = r.priority;
+                    const int32_t xl_i = xl_idx(err, 1, 310, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const float xl_v = r.ema_acceptance_rate;
+                    const int32_t xl_i = xl_idx(err, 1, 311, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
+                }
+                [[maybe_unused]] bool committed = ((k < f.cp) || (sh.page_kind[xl_idx(err, 1, 312, pg, 16384)] == PageKind::COMMITTED));
+                if (err.code) return err;
+                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(f.committed_tok, xl_mul(k, f.pt)), 0, f.pt) : 0);
+                {
+                    const int32_t xl_v = xl_sub(in_page, sh.page_used[xl_idx(err, 1, 314, pg, 16384)]);
+                    if (err.code) return err;
+                    xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = in_page;
+                    const int32_t xl_i = xl_idx(err, 1, 315, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                }
+                if (committed) {
+                    f.own_committed = xl_add(f.own_committed, 1);
+                } else {
+                    f.own_draft = xl_add(f.own_draft, 1);
+                }
+            }
+        }
+        r.kv_committed_pages = f.own_committed;
+        r.kv_draft_pages = f.own_draft;
+        r.kv_ready = (f.ok || r.kv_oversize);
+        r.kv_prev_tick = f.now;
+        r.kv_snap_live = sh.kv_live;
+        r.kv_snap_committed = sh.kv_committed;
+        r.kv_snap_draft = sh.kv_draft;
+        r.kv_snap_free = xl_sub(f.pool, sh.kv_live);
+        r.kv_snap_used = sh.kv_used_tokens;
+        break;
     }
-    r.kv_committed_pages = own_committed;
-    r.kv_draft_pages = own_draft;
-    r.kv_ready = (ok || r.kv_oversize);
-    r.kv_prev_tick = now;
-    r.kv_snap_live = sh.kv_live;
-    r.kv_snap_committed = sh.kv_committed;
-    r.kv_snap_draft = sh.kv_draft;
-    r.kv_snap_free = xl_sub(pool, sh.kv_live);
-    r.kv_snap_used = sh.kv_used_tokens;
+    default:
+        break;
+    }
     return err;
 }
 
@@ -874,6 +1018,255 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[4] = (uint32_t)(r.kv_snap_used);
     w[5] = (uint32_t)(r.kv_held);
     w[6] = (uint32_t)(r.kv_ready);
+}
+
+// stages/kv.xl:342: collective kv_collect
+XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    return (p.kv_cache && (sh.kv_pending > 0));
+}
+
+// The stage's top-level locals, kept across its collectives.
+struct Frame_kv_collect {
+    int32_t me;
+    int32_t sweepers;
+    int32_t share;
+    int32_t dead;
+    int32_t at;
+    int32_t total;
+    int32_t slot;
+};
+static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+constexpr int XL_kv_collect_COLLECTIVES = 4;
+// Collective k's operation and its contribution's word kind.
+XL_HD int xl_kv_collect_op(int k) {
+    const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
+    return ops[k];
+}
+XL_HD int xl_kv_collect_word(int k) {
+    const int words[4] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+    return words[k];
+}
+
+// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
+// (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
+XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t req_id, Frame_kv_collect& f, const XlColl& xc,
+                                   int32_t xl_slot) {
+    XlErr err = {0, 0, 0};
+    (void)xl_in; (void)xl_out; (void)f; (void)xc; (void)xl_slot;
+    switch (xl_seg) {
+    case 0: {
+        {
+            const int32_t xl_v = 1;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 1: {
+        f.me = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = 1;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 2: {
+        f.sweepers = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = xl_div(err, 1, 345, xl_sub(xl_add(sh.kv_fresh, f.sweepers), 1), f.sweepers);
+            if (err.code) return err;
+            f.share = xl_v;
+        }
+        f.dead = 0;
+        for (int32_t q = 0; q < 16384; ++q) {
+            if ((q >= f.share) || (xl_add(xl_mul(f.me, f.share), q) >= sh.kv_fresh)) {
+                break;
+            }
+            [[maybe_unused]] int32_t pg = xl_add(xl_mul(f.me, f.share), q);
+            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 352, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 352, pg, 16384)] != PageKind::FREE);
+            if (err.code) return err;
+            if (xl_c1) {
+                f.dead = xl_add(f.dead, 1);
+            }
+        }
+        {
+            const int32_t xl_v = f.dead;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 3: {
+        f.at = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = f.dead;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        break;
+    }
+    case 4: {
+        f.total = xl_from_bits<int32_t>(xl_in);
+        f.slot = xl_add(sh.kv_free_top, f.at);
+        for (int32_t q = 0; q < 16384; ++q) {
+            if ((q >= f.share) || (xl_add(xl_mul(f.me, f.share), q) >= sh.kv_fresh)) {
+                break;
+            }
+            [[maybe_unused]] int32_t pg = xl_add(xl_mul(f.me, f.share), q);
+            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 364, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 364, pg, 16384)] != PageKind::FREE);
+            if (err.code) return err;
+            if (xl_c2) {
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 365, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 365, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = PageKind::FREE;
+                    const int32_t xl_i = xl_idx(err, 1, 366, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = -1;
+                    const int32_t xl_i = xl_idx(err, 1, 367, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 368, pg, 16384)]);
+                    if (err.code) return err;
+                    xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = 0;
+                    const int32_t xl_i = xl_idx(err, 1, 369, pg, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = xl_neg(1);
+                    if (err.code) return err;
+                    xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = xl_neg(1);
+                    if (err.code) return err;
+                    xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = pg;
+                    const int32_t xl_i = xl_idx(err, 1, 372, f.slot, 16384);
+                    if (err.code) return err;
+                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                }
+                f.slot = xl_add(f.slot, 1);
+            }
+        }
+        if (f.me == 0) {
+            {
+                const int32_t xl_v = xl_add(sh.kv_free_top, f.total);
+                if (err.code) return err;
+                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = 0;
+                if (err.code) return err;
+                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return err;
+}
+
+// stages/kv.xl:385: arbiter kv_evict
+XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    return (p.kv_cache && (r.kv_evict_want > 0));
+}
+
+XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t req_id) {
+    XlErr err = {0, 0, 0};
+    [[maybe_unused]] int32_t xl_short = xl_sub(r.kv_evict_want, xl_sub(xl_add(sh.kv_free_top, xl_clamp(p.pool_pages, 1, MAX_PAGES)), sh.kv_fresh));
+    for (int32_t e = 0; e < 256; ++e) {
+        if (e >= xl_short) {
+            break;
+        }
+        [[maybe_unused]] int32_t best = -1;
+        for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
+            if (xl_p >= sh.kv_fresh) {
+                break;
+            }
+            [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
+            if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] < sh.kv_tick)) {
+                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 399, best, 16384)], sh.page_ema[xl_idx(err, 2, 399, best, 16384)], sh.page_last_use[xl_idx(err, 3, 399, best, 16384)]);
+                if (err.code) return err;
+                if (xl_c1) {
+                    best = xl_p;
+                }
+            }
+        }
+        if (best < 0) {
+            break;
+        }
+        {
+            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 408, best, 16384)], 1);
+            const int32_t xl_i = xl_idx(err, 2, 408, best, 16384);
+            if (err.code) return err;
+            sh.page_gen[xl_i] = xl_v;
+        }
+        {
+            const int32_t xl_v = PageKind::FREE;
+            const int32_t xl_i = xl_idx(err, 1, 409, best, 16384);
+            if (err.code) return err;
+            sh.page_kind[xl_i] = xl_v;
+        }
+        {
+            const int32_t xl_v = -1;
+            const int32_t xl_i = xl_idx(err, 1, 410, best, 16384);
+            if (err.code) return err;
+            sh.page_owner[xl_i] = xl_v;
+        }
+        {
+            const int32_t xl_v = 0;
+            const int32_t xl_i = xl_idx(err, 1, 411, best, 16384);
+            if (err.code) return err;
+            sh.page_refs[xl_i] = xl_v;
+        }
+        {
+            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 412, best, 16384)]);
+            if (err.code) return err;
+            sh.kv_used_tokens = xl_v;
+        }
+        {
+            const int32_t xl_v = 0;
+            const int32_t xl_i = xl_idx(err, 1, 413, best, 16384);
+            if (err.code) return err;
+            sh.page_used[xl_i] = xl_v;
+        }
+        sh.kv_committed = xl_sub(sh.kv_committed, 1);
+        sh.kv_live = xl_sub(sh.kv_live, 1);
+        {
+            const int32_t xl_v = best;
+            const int32_t xl_i = xl_idx(err, 1, 416, sh.kv_free_top, 16384);
+            if (err.code) return err;
+            sh.kv_free_stack[xl_i] = xl_v;
+        }
+        sh.kv_free_top = xl_add(sh.kv_free_top, 1);
+        if (r.kv_evict_recomputes) {
+            sh.kv_evict_recompute = xl_add(sh.kv_evict_recompute, 1);
+        } else {
+            sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
+        }
+    }
+    r.kv_evict_want = 0;
+    return err;
 }
 
 XL_DEVICE bool is_done(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -1016,13 +1409,9 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
-    case 4:  // stages/kv.xl:60
-        if (guard_kv_manage(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
-            err = stage_kv_manage(r, sh, p, req_id);
-            if (!err.code) {
-                trace_kv_manage(w, r);
-                xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 3u, 4u, w, 7);
-            }
+    case 6:  // stages/kv.xl:385
+        if (guard_kv_evict(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
+            err = stage_kv_evict(r, sh, p, req_id);
         }
         break;
     default:
@@ -1037,8 +1426,8 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
 
 constexpr int XL_NUM_ARBITERS = 1;
 // Arbiters and collective stages: phase 2, after every request's per-request stages.
-constexpr int XL_NUM_PHASE2 = 1;
-constexpr int XL_NUM_COLLECTIVE_STAGES = 0;
+constexpr int XL_NUM_PHASE2 = 3;
+constexpr int XL_NUM_COLLECTIVE_STAGES = 2;
 
 // Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests.
 XL_HD uint64_t xl_coll_words(int32_t slots) {
@@ -1047,7 +1436,7 @@ XL_HD uint64_t xl_coll_words(int32_t slots) {
 }
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
-    const int indices[1] = {4};
+    const int indices[1] = {6};
     return indices[i];
 }
 
@@ -1057,16 +1446,199 @@ XL_DEVICE int arbiter_stage_index(int i) {
 // evaluates these in parallel and skips the request's turn (and, in fast mode, the lock)
 // when none holds. A guard that fails says yes: the turn reports it.
 XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    (void)r; (void)sh; (void)p; (void)req_id;
+    return true;  // a guard reads shared state: only the turn can tell
+}
+
+XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
+    return *reinterpret_cast<Frame_kv_manage*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
+}
+
+// stages/kv.xl:70: collective stage kv_manage for the active requests with keep[i] == 2, by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one
+// thread. Participants: those whose guard holds now. Each collective combines their
+// contributions in slot order (= request-id order); the shadow writes are applied at
+// the end. keep[i] becomes 0 for a request that failed.
+XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    for (int32_t i = t; i < n; i += nt) {
+        int32_t part = 0;
+        xc.conflict[i] = 0;
+        if (keep[i] == 2) {
+            XlErr err = {0, 0, 0};
+            const int32_t id = active[i];
+            if (guard_kv_manage(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 4u, err);
+                keep[i] = 0;
+            }
+        }
+        xc.part[i] = part;
+        xc.result[i] = 0u;
+    }
+    XL_BLOCK_SYNC();
+    for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES; ++seg) {
+        for (int32_t i = t; i < n; i += nt) {
+            if (!xc.part[i]) continue;
+            const int32_t id = active[i];
+            uint32_t out = 0u;
+            const XlErr err = stage_kv_manage(seg, xc.result[i], out, reqs[id], *sh, p, id,
+                                                 frame_of_kv_manage(xc, i), xc, i);
+            if (err.code) {
+                xl_emit_error(sink, id, round, 4u, err);
+                keep[i] = 0;
+                xc.part[i] = 0;
+            }
+            xc.contrib[i] = out;
+        }
+        XL_BLOCK_SYNC();
+        if (seg < XL_kv_manage_COLLECTIVES) xl_collective(xc, xl_kv_manage_op(seg), xl_kv_manage_word(seg), active, n);
+    }
+    xl_apply_shared(xc, sh);
+    for (int32_t i = t; i < n; i += nt) {
+        if (!xc.part[i]) continue;
+        const int32_t id = active[i];
+        if (xc.conflict[i]) {
+            xl_emit_error(sink, id, round, 4u, XlErr{XL_ERR_CONFLICT, 70, 0});
+            keep[i] = 0;
+        }
+        else {
+            uint32_t w[XL_RECORD_WORDS];
+            trace_kv_manage(w, reqs[id]);
+            xl_emit(sink, (uint32_t)id, (uint32_t)round, 3u, 4u, w, 7);
+        }
+    }
+    XL_BLOCK_SYNC();
+}
+
+// The same stage for one request alone (fast mode, under the lock: one thread).
+XL_DEVICE bool run_collective_solo_kv_manage(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
+                                                XlSink sink, const XlColl& xc) {
     XlErr err = {0, 0, 0};
-    if (guard_kv_manage(err, r, sh, p, req_id) || err.code) return true;
-    return false;
+    if (!guard_kv_manage(err, r, sh, p, id) || err.code) {
+        if (err.code) xl_emit_error(sink, id, round, 4u, err);
+        return !err.code;
+    }
+    Frame_kv_manage f;
+    uint32_t in = 0u;
+    for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES && !err.code; ++seg) {
+        uint32_t out = 0u;
+        err = stage_kv_manage(seg, in, out, r, sh, p, id, f, xc, 0);
+        if (seg < XL_kv_manage_COLLECTIVES) in = xl_collective_solo(xl_kv_manage_op(seg), out, id);
+    }
+    for (uint32_t i = 0; i < *xc.n_dirty; ++i) {  // apply, as xl_apply_shared does (one writer: no conflicts)
+        const uint32_t w = xc.dirty[i];
+        if (xc.tag[w] == XL_TAG_SUM) reinterpret_cast<uint32_t*>(&sh)[w] += xc.val[w];
+        else reinterpret_cast<uint32_t*>(&sh)[w] = xc.val[w];
+        xc.tag[w] = 0u;
+        xc.val[w] = 0u;
+    }
+    *xc.n_dirty = 0u;
+    if (err.code) {
+        xl_emit_error(sink, id, round, 4u, err);
+        return false;
+    }
+    uint32_t w[XL_RECORD_WORDS];
+    trace_kv_manage(w, r);
+    xl_emit(sink, (uint32_t)id, (uint32_t)round, 3u, 4u, w, 7);
+    return true;
+}
+
+XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) {
+    return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
+}
+
+// stages/kv.xl:342: collective stage kv_collect for the active requests with keep[i] == 2, by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one
+// thread. Participants: those whose guard holds now. Each collective combines their
+// contributions in slot order (= request-id order); the shadow writes are applied at
+// the end. keep[i] becomes 0 for a request that failed.
+XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    for (int32_t i = t; i < n; i += nt) {
+        int32_t part = 0;
+        xc.conflict[i] = 0;
+        if (keep[i] == 2) {
+            XlErr err = {0, 0, 0};
+            const int32_t id = active[i];
+            if (guard_kv_collect(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 5u, err);
+                keep[i] = 0;
+            }
+        }
+        xc.part[i] = part;
+        xc.result[i] = 0u;
+    }
+    XL_BLOCK_SYNC();
+    for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES; ++seg) {
+        for (int32_t i = t; i < n; i += nt) {
+            if (!xc.part[i]) continue;
+            const int32_t id = active[i];
+            uint32_t out = 0u;
+            const XlErr err = stage_kv_collect(seg, xc.result[i], out, reqs[id], *sh, p, id,
+                                                 frame_of_kv_collect(xc, i), xc, i);
+            if (err.code) {
+                xl_emit_error(sink, id, round, 5u, err);
+                keep[i] = 0;
+                xc.part[i] = 0;
+            }
+            xc.contrib[i] = out;
+        }
+        XL_BLOCK_SYNC();
+        if (seg < XL_kv_collect_COLLECTIVES) xl_collective(xc, xl_kv_collect_op(seg), xl_kv_collect_word(seg), active, n);
+    }
+    xl_apply_shared(xc, sh);
+    for (int32_t i = t; i < n; i += nt) {
+        if (!xc.part[i]) continue;
+        const int32_t id = active[i];
+        if (xc.conflict[i]) {
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 342, 0});
+            keep[i] = 0;
+        }
+    }
+    XL_BLOCK_SYNC();
+}
+
+// The same stage for one request alone (fast mode, under the lock: one thread).
+XL_DEVICE bool run_collective_solo_kv_collect(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
+                                                XlSink sink, const XlColl& xc) {
+    XlErr err = {0, 0, 0};
+    if (!guard_kv_collect(err, r, sh, p, id) || err.code) {
+        if (err.code) xl_emit_error(sink, id, round, 5u, err);
+        return !err.code;
+    }
+    Frame_kv_collect f;
+    uint32_t in = 0u;
+    for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES && !err.code; ++seg) {
+        uint32_t out = 0u;
+        err = stage_kv_collect(seg, in, out, r, sh, p, id, f, xc, 0);
+        if (seg < XL_kv_collect_COLLECTIVES) in = xl_collective_solo(xl_kv_collect_op(seg), out, id);
+    }
+    for (uint32_t i = 0; i < *xc.n_dirty; ++i) {  // apply, as xl_apply_shared does (one writer: no conflicts)
+        const uint32_t w = xc.dirty[i];
+        if (xc.tag[w] == XL_TAG_SUM) reinterpret_cast<uint32_t*>(&sh)[w] += xc.val[w];
+        else reinterpret_cast<uint32_t*>(&sh)[w] = xc.val[w];
+        xc.tag[w] = 0u;
+        xc.val[w] = 0u;
+    }
+    *xc.n_dirty = 0u;
+    if (err.code) {
+        xl_emit_error(sink, id, round, 5u, err);
+        return false;
+    }
+    return true;
 }
 
 // Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
 XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
                                const XlColl& xc) {
     (void)r; (void)sh; (void)p; (void)id; (void)round; (void)sink; (void)xc;
-    if (!run_arbiter(4, r, sh, p, id, round, sink)) return false;
+    if (!run_collective_solo_kv_manage(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_collective_solo_kv_collect(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_arbiter(6, r, sh, p, id, round, sink)) return false;
     return true;
 }
 

@@ -50,7 +50,7 @@ class Params:
     __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'burst_len', 'kv_cache', 'page_tokens', 'pool_pages', 'kv_pressure_threshold', 'eviction_policy', )
     TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'burst_len': 'i32', 'kv_cache': 'bool', 'page_tokens': 'i32', 'pool_pages': 'i32', 'kv_pressure_threshold': 'f32', 'eviction_policy': 'i32'}
 
-    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16, kv_cache=False, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
+    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16, kv_cache=True, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
         self.vocab = vocab
         self.eos_token = eos_token
         self.asbs_alpha = asbs_alpha
@@ -71,16 +71,16 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_evict_want', 'kv_evict_recomputes', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False)]
+REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_evict_want', 'kv_evict_want', 'i', 1, False), ('kv_evict_recomputes', 'kv_evict_recomputes', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False)]
 
 
 def init_request(req_id, p):
@@ -121,6 +121,8 @@ def init_request(req_id, p):
     r.kv_draft_pages = 0
     r.kv_prev_tick = -1
     r.kv_forced_pressure = False
+    r.kv_evict_want = 0
+    r.kv_evict_recomputes = False
     r.kv_oversize = False
     r.kv_hits = 0
     r.kv_misses = 0
@@ -158,6 +160,7 @@ def init_shared(p):
     sh.kv_evict_decode = 0
     sh.kv_evict_recompute = 0
     sh.kv_yields = 0
+    sh.kv_pending = 0
     return sh
 
 
@@ -219,12 +222,12 @@ def fn_next_block_size(p, ema, kv_pressure):
     return clamp(b, 1, MAX_BLOCK)
 
 
-# stages/kv.xl:43
+# stages/kv.xl:53
 def fn_pages_for(p, tokens, pt):
-    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:44
+    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
 
 
-# stages/kv.xl:48
+# stages/kv.xl:58
 def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     if (policy == 1):
         if (prio_a != prio_b):
@@ -232,6 +235,11 @@ def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
         if (ema_a != ema_b):
             return (ema_a < ema_b)
     return (use_a < use_b)
+
+
+# stages/kv.xl:336
+def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
+    return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
 
 # stages/prefill.xl:10: stage prefill
@@ -325,14 +333,13 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:60: arbiter kv_manage
+# stages/kv.xl:70: collective kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
 
-def stage_kv_manage(r, sh, p):
-    sh.kv_tick = wrap_i32(sh.kv_tick + 1)
-    now = sh.kv_tick
+def stage_kv_manage(r, sh, p, xw):
+    now = wrap_i32(sh.kv_tick + 1)
     pt = max_(p.page_tokens, 1)
     pool = clamp(p.pool_pages, 1, MAX_PAGES)
     if (r.kv_prev_tick < 0):
@@ -344,7 +351,7 @@ def stage_kv_manage(r, sh, p):
         if (k >= r.kv_held):
             break
         pg = r.kv_pages[k]
-        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:79
+        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:88
             r.kv_pages[k] = -1
             lost = wrap_i32(lost + 1)
     if (lost > 0):
@@ -355,13 +362,13 @@ def stage_kv_manage(r, sh, p):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:96
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:105
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:102
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:103
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:111
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:112
     if ((tp > MAX_REQ_PAGES) or (tp > pool)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -370,14 +377,14 @@ def stage_kv_manage(r, sh, p):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:117
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:126
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:125
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:134
                     else:
                         graft_wait = True
             run = 0
@@ -388,82 +395,76 @@ def stage_kv_manage(r, sh, p):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    sh.page_refs[check_index(r.kv_pages[k], 16384)] = wrap_i32(sh.page_refs[check_index(r.kv_pages[k], 16384)] + 1)  # @xl:140
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:141
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:149
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:150
             r.kv_borrowed = run
             r.kv_held = run
+    missing_committed = 0
     for k in range(0, 256):
-        if (k >= min_(cp, r.kv_held)):
+        if (k >= cp):
             break
-        pg = r.kv_pages[k]
-        if (((k >= r.kv_borrowed) and (pg >= 0)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT)):  # @xl:155
-            sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:156
-            sh.kv_draft = wrap_i32(sh.kv_draft - 1)
-            sh.kv_committed = wrap_i32(sh.kv_committed + 1)
-    ok = (not graft_wait)
+        if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
+            missing_committed = wrap_i32(missing_committed + 1)
+        elif ((k >= r.kv_borrowed) and (sh.page_kind[check_index(r.kv_pages[k], 16384)] == PageKind.DRAFT)):  # @xl:167
+            xw.put('page_kind', PageKind.COMMITTED, check_index(r.kv_pages[k], 16384))  # @xl:168
+            xw.add('kv_draft', wrap_i32(-1), wrap_i32)
+            xw.add('kv_committed', 1, wrap_i32)
+    need = 0
     for k in range(0, 256):
-        if ((k >= tp) or (not ok)):
+        if ((k >= tp) or graft_wait):
             break
-        if ((k < r.kv_held) and (r.kv_pages[k] >= 0)):
-            continue
-        pg = -1
-        if (sh.kv_free_top > 0):
-            sh.kv_free_top = wrap_i32(sh.kv_free_top - 1)
-            pg = sh.kv_free_stack[check_index(sh.kv_free_top, 16384)]  # @xl:174
-        elif (sh.kv_fresh < pool):
-            pg = sh.kv_fresh
-            sh.kv_fresh = wrap_i32(sh.kv_fresh + 1)
-        elif (r.state != ReqState.PREFILL_READY):
-            best = -1
-            for xl_p in range(0, 16384):
-                if (xl_p >= sh.kv_fresh):
-                    break
-                o = sh.page_owner[xl_p]
-                if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] <= r.kv_prev_tick)):
-                    if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:186
-                        best = xl_p
-            if (best >= 0):
-                pg = best
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:194
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:195
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:196
-                sh.page_refs[check_index(pg, 16384)] = 0  # @xl:197
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:198
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:199
-                sh.kv_committed = wrap_i32(sh.kv_committed - 1)
-                sh.kv_live = wrap_i32(sh.kv_live - 1)
+        if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
+            need = wrap_i32(need + 1)
+    supply = wrap_i32(wrap_i32(sh.kv_free_top + pool) - sh.kv_fresh)
+    before = yield ('scan', 'i', need)
+    ok = ((not graft_wait) and ((need == 0) or (wrap_i32(before + need) <= supply)))
+    r.kv_evict_want = (need if ((((not ok) and (need > 0)) and (before <= supply)) and (r.state != ReqState.PREFILL_READY)) else 0)
+    r.kv_evict_recomputes = (missing_committed > 0)
+    taken = yield ('sum', 'i', (need if ok else 0))
+    served = yield ('count', 'u', ok)
+    stalled_holder = yield ('min_of', 'i', (r.xl_id if ((not ok) and (r.kv_held > 0)) else 2147483647))
+    first = yield ('argmin', 'i', r.xl_id)
+    if ok:
+        t = before
+        for k in range(0, 256):
+            if (k >= tp):
+                break
+            if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
+                pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:202
+                t = wrap_i32(t + 1)
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:204
+                xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:205
+                xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:206
+                xw.put('page_slot', k, check_index(pg, 16384))  # @xl:207
+                xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:208
+                r.kv_pages[k] = pg
+                r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:210
+                xw.add('kv_live', 1, wrap_i32)
                 if (k < cp):
-                    sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
+                    xw.add('kv_committed', 1, wrap_i32)
                 else:
-                    sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
-        if (pg < 0):
-            ok = False
-        else:
-            sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:212
-            sh.page_owner[check_index(pg, 16384)] = r.xl_id  # @xl:213
-            sh.page_refs[check_index(pg, 16384)] = 1  # @xl:214
-            sh.page_slot[check_index(pg, 16384)] = k  # @xl:215
-            r.kv_pages[k] = pg
-            r.kv_gens[k] = sh.page_gen[check_index(pg, 16384)]  # @xl:217
-            sh.kv_live = wrap_i32(sh.kv_live + 1)
-            if (k < cp):
-                sh.page_kind[check_index(pg, 16384)] = PageKind.COMMITTED  # @xl:220
-                sh.kv_committed = wrap_i32(sh.kv_committed + 1)
-            else:
-                sh.page_kind[check_index(pg, 16384)] = PageKind.DRAFT  # @xl:223
-                sh.kv_draft = wrap_i32(sh.kv_draft + 1)
-            r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
+                    xw.add('kv_draft', 1, wrap_i32)
+                r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
     keep = tp
     if (not ok):
         keep = (r.kv_borrowed if (r.state == ReqState.PREFILL_READY) else max_(cp, r.kv_borrowed))
         r.kv_waits = wrap_i32(r.kv_waits + 1)
-        if ((sh.kv_last_progress < r.kv_prev_tick) and (r.kv_held > 0)):
+        if (((served == 0) and (sh.kv_last_progress < wrap_i32(now - 1))) and (stalled_holder == r.xl_id)):
             keep = 0
-            sh.kv_yields = wrap_i32(sh.kv_yields + 1)
-            sh.kv_last_progress = now
+            xw.add('kv_yields', 1, wrap_i32)
             r.kv_misses = wrap_i32(r.kv_misses + 1)
-    else:
-        sh.kv_last_progress = now
+    freed = 0
+    for k in range(0, 256):
+        if (k >= r.kv_held):
+            break
+        pg = r.kv_pages[k]
+        if (((((k >= keep) and (pg >= 0)) and (k >= r.kv_borrowed)) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:243
+            freed = wrap_i32(freed + 1)
+    push_at = yield ('scan', 'i', freed)
+    pushed = yield ('sum', 'i', freed)
+    popped = min_(taken, sh.kv_free_top)
+    slot = wrap_i32(wrap_i32(sh.kv_free_top - popped) + push_at)
+    released_committed = 0
     for k in range(0, 256):
         if (k >= r.kv_held):
             break
@@ -471,25 +472,31 @@ def stage_kv_manage(r, sh, p):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            sh.page_refs[check_index(pg, 16384)] = wrap_i32(sh.page_refs[check_index(pg, 16384)] - 1)  # @xl:254
-            if (sh.page_refs[check_index(pg, 16384)] == 0):  # @xl:255
-                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:256
-                    sh.kv_draft = wrap_i32(sh.kv_draft - 1)
-                else:
-                    sh.kv_committed = wrap_i32(sh.kv_committed - 1)
-                sh.page_gen[check_index(pg, 16384)] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:261
-                sh.page_kind[check_index(pg, 16384)] = PageKind.FREE  # @xl:262
-                sh.page_owner[check_index(pg, 16384)] = -1  # @xl:263
-                sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(pg, 16384)])  # @xl:264
-                sh.page_used[check_index(pg, 16384)] = 0  # @xl:265
-                sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = pg  # @xl:266
-                sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
-                sh.kv_live = wrap_i32(sh.kv_live - 1)
-            elif (k >= r.kv_borrowed):
-                sh.page_owner[check_index(pg, 16384)] = ORPHAN  # @xl:270
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:262
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:263
+                xw.add('kv_draft', wrap_i32(-1), wrap_i32)
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:266
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:267
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:268
+                xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:269
+                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:270
+                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:271
+                slot = wrap_i32(slot + 1)
+                xw.add('kv_live', wrap_i32(-1), wrap_i32)
+            else:
+                released_committed = wrap_i32(released_committed + 1)
+                if (k >= r.kv_borrowed):
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:278
             r.kv_pages[k] = -1
+    xw.add('kv_pending', released_committed, wrap_i32)
     r.kv_held = min_(r.kv_held, keep)
     r.kv_borrowed = min_(r.kv_borrowed, keep)
+    if (first == r.xl_id):
+        xw.put('kv_tick', now)
+        xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
+        xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:291
+            xw.put('kv_last_progress', now)
     own_committed = 0
     own_draft = 0
     for k in range(0, 256):
@@ -498,14 +505,15 @@ def stage_kv_manage(r, sh, p):
         pg = r.kv_pages[k]
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if ok:
-                sh.page_last_use[check_index(pg, 16384)] = now  # @xl:289
-            sh.page_pinned[check_index(pg, 16384)] = ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)  # @xl:291
-            sh.page_prio[check_index(pg, 16384)] = r.priority  # @xl:292
-            sh.page_ema[check_index(pg, 16384)] = r.ema_acceptance_rate  # @xl:293
-            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED) else 0)  # @xl:294
-            sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:295
-            sh.page_used[check_index(pg, 16384)] = in_page  # @xl:296
-            if (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED):  # @xl:297
+                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:307
+            xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:309
+            xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:310
+            xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:311
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:312
+            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
+            xw.add('kv_used_tokens', wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:314
+            xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:315
+            if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
                 own_draft = wrap_i32(own_draft + 1)
@@ -524,6 +532,81 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
+# stages/kv.xl:342: collective kv_collect
+def guard_kv_collect(r, sh, p):
+    return (p.kv_cache and (sh.kv_pending > 0))
+
+
+def stage_kv_collect(r, sh, p, xw):
+    me = yield ('scan', 'i', 1)
+    sweepers = yield ('sum', 'i', 1)
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:345
+    dead = 0
+    for q in range(0, 16384):
+        if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
+            break
+        pg = wrap_i32(wrap_i32(me * share) + q)
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:352
+            dead = wrap_i32(dead + 1)
+    at = yield ('scan', 'i', dead)
+    total = yield ('sum', 'i', dead)
+    slot = wrap_i32(sh.kv_free_top + at)
+    for q in range(0, 16384):
+        if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
+            break
+        pg = wrap_i32(wrap_i32(me * share) + q)
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:364
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:365
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:366
+            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:367
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:368
+            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:369
+            xw.add('kv_committed', wrap_i32(-1), wrap_i32)
+            xw.add('kv_live', wrap_i32(-1), wrap_i32)
+            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:372
+            slot = wrap_i32(slot + 1)
+    if (me == 0):
+        xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
+        xw.put('kv_pending', 0)
+
+
+# stages/kv.xl:385: arbiter kv_evict
+def guard_kv_evict(r, sh, p):
+    return (p.kv_cache and (r.kv_evict_want > 0))
+
+
+def stage_kv_evict(r, sh, p):
+    short = wrap_i32(r.kv_evict_want - wrap_i32(wrap_i32(sh.kv_free_top + clamp(p.pool_pages, 1, MAX_PAGES)) - sh.kv_fresh))
+    for e in range(0, 256):
+        if (e >= short):
+            break
+        best = -1
+        for xl_p in range(0, 16384):
+            if (xl_p >= sh.kv_fresh):
+                break
+            o = sh.page_owner[xl_p]
+            if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] < sh.kv_tick)):
+                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:399
+                    best = xl_p
+        if (best < 0):
+            break
+        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:408
+        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:409
+        sh.page_owner[check_index(best, 16384)] = -1  # @xl:410
+        sh.page_refs[check_index(best, 16384)] = 0  # @xl:411
+        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:412
+        sh.page_used[check_index(best, 16384)] = 0  # @xl:413
+        sh.kv_committed = wrap_i32(sh.kv_committed - 1)
+        sh.kv_live = wrap_i32(sh.kv_live - 1)
+        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:416
+        sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
+        if r.kv_evict_recomputes:
+            sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
+        else:
+            sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
+    r.kv_evict_want = 0
+
+
 def is_done(r, sh, p):
     return (r.state == ReqState.DONE)
 
@@ -535,6 +618,8 @@ STAGES = [
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
-    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'arbiter', 60),
+    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 70),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 342),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 385),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

@@ -148,7 +148,9 @@ def test_residency_report_is_consistent(compiled):
     np.testing.assert_array_equal(res.live, res.committed + res.draft)
     np.testing.assert_array_equal(res.free, pool - res.live)
     assert (res.used_tokens <= res.committed * 16).all()
-    assert res.live[-1] == 0  # the last round freed everything
+    # a snapshot is the pool as the round's KV stage found it: the last one still holds
+    # the last request's pages, which that stage freed
+    assert res.live[-1] > 0 and int(result.shared["kv_live"][0]) == 0
     assert 0.0 < fragmentation_ratio(res, 16) < 1.0
 
 

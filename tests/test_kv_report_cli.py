@@ -92,7 +92,7 @@ def test_kv_report_prints_the_report_of_the_run(compiled, pressure_run):
 
 def test_kv_report_with_the_kv_cache_off_says_so_in_one_line(tmp_path):
     plot = tmp_path / "off.png"
-    result = invoke("sim", BUNDLED, "-w", "small", "--kv-report", "--kv-plot", plot)
+    result = invoke("sim", BUNDLED, "-w", "small", "--param", "kv_cache=false", "--kv-report", "--kv-plot", plot)
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("kv report:")]
     assert lines == [("kv report: the KV cache was off in this run (launch param kv_cache is false; "
@@ -207,7 +207,7 @@ def test_bench_adds_kv_metrics_only_with_kv_records(compiled, pressure_run):
 
     w, result = pressure_run
     assert kv_metrics_of_run(compiled, w, result) == kv_metrics(compiled.program, result, 16)
-    small, off = _simulate(compiled, "small")
+    small, off = _simulate(compiled, "small", kv_cache=False)
     assert no_report_reason(compiled.program, off) is not None
     assert kv_metrics_of_run(compiled, small, off) == {}
 

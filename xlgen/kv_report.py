@@ -1,9 +1,8 @@
 """The KV cache's residency report (stages/kv.xl), computed from a run's traces and state.
 
 `trace kv_manage: kv_snap_live, kv_snap_committed, kv_snap_draft, kv_snap_free,
-kv_snap_used, ...` records the pool after each request's kv_manage turn; the last
-turn of a round (the highest request id that ran it) is the pool at the end of
-that round. From it:
+kv_snap_used, ...` records the pool as the round's kv_manage found it (the
+highest request id's record of a round is taken). From it:
 
 - `residency(program, result)`: per round, live / committed / draft / free pages
   and the tokens stored in them;
@@ -207,7 +206,7 @@ def plot_occupancy(res: Residency, pool_pages: int, threshold: float, path, titl
     ax.set_xlim(int(res.rounds[0]) if len(res.rounds) else 0, int(res.rounds[-1]) if len(res.rounds) > 1 else 1)
     ax.set_ylim(0, pool_pages * 1.04)
     ax.set_xlabel("round")
-    ax.set_ylabel("pages (pool at the end of the round)")
+    ax.set_ylabel("pages (pool as the round's KV stage found it)")
     ax.set_title(title or "KV cache occupancy")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8, frameon=False)
