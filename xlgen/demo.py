@@ -7,7 +7,6 @@ and writes a plot of block-size trajectories.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     steps = n + len(backends) + 1
     agreed = True
     results = {}
-    with click.progressbar(length=steps, label="working", file=sys.stderr, show_eta=False) as bar:
+    from .cli import progress_bar
+
+    with progress_bar(steps, "working", show_eta=False) as bar:
         last = [0]
 
         def progress(done, _total):
