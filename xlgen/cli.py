@@ -699,10 +699,13 @@ def graph(file, out_path):
     import subprocess
 
     from .checker import load_program
-    from .graph import to_dot
+    from .graph import no_state_machine_note, to_dot
 
     program, _ = load_program(file)
     dot = to_dot(program)
+    note = no_state_machine_note(program)
+    if note is not None:
+        click.echo(note, err=True)
     if out_path is None:
         click.echo(dot, nl=False)
         return
