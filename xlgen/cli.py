@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -234,7 +235,7 @@ def _parse_param(module, item: str):
     """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores:
     ASCII digits only, no member names (parameters are numbers), no f32 overflow to infinity."""
     from .diagnostics import did_you_mean
-    from .workload import FieldType, check_value, _Invalid
+    from .workload import _Invalid, check_value, param_types
 
     name, sep, text = (part.strip() for part in item.partition("="))
     if not sep or not name or not text:
@@ -244,22 +245,24 @@ def _parse_param(module, item: str):
         valid = ", ".join(types) if types else "none"
         raise click.UsageError(f"--param {name}: not a launch parameter of pipeline {module.PIPELINE}"
                                f"{did_you_mean(name, types)} (its parameters: {valid})")
-    t = types[name]
-    if t == "bool":
+    t = param_types(module)[name]
+    if t.kind == "bool":
         if text.lower() not in _TRUE + _FALSE:
             raise click.UsageError(f"--param {name}={text}: {name} is a bool; give true or false")
         return name, text.lower() in _TRUE
-    if t == "f32":
+    if t.kind == "f32":
         if not _ASCII_FLOAT.fullmatch(text):
             raise click.UsageError(f"--param {name}={text}: {name} is f32; give a number (ASCII, e.g. 0.5, 1e-3, "
                                    "inf)")
         value = float(text)
     elif _ASCII_INT.fullmatch(text) or _ASCII_HEX.fullmatch(text):
         value = int(text, 0) if _ASCII_HEX.fullmatch(text) else int(text)
+    elif t.enum:  # an enum parameter takes a member name (a flag set also its bits as a number)
+        value = text
     else:
         raise click.UsageError(f"--param {name}={text}: {name} is {t}; give an integer (ASCII digits, or 0x hex)")
     try:
-        check_value(value, FieldType(t))
+        value = check_value(value, t)
     except _Invalid as exc:
         raise click.UsageError(f"--param {name}={text}: {exc}") from None
     return name, value
@@ -563,6 +566,8 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
         chosen = ["cpu"] + (["gpu"] if gpu.available() else [])
     else:
         chosen = [b.strip() for b in backends.split(",") if b.strip()]
+        if not chosen:
+            raise click.UsageError(f"--backend {backends!r}: give one or more of {', '.join(BACKENDS[1:])}")
         bad = [b for b in chosen if b not in BACKENDS[1:]]
         if bad:
             raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
@@ -607,6 +612,8 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
     Exit codes: 0 every request finished without error, 2 usage, 3 hang, 4 a request
     failed (docs/workloads.md, "Exit codes").
     """
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise click.UsageError(f"--timeout {timeout}: give a positive number of seconds")
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
@@ -636,8 +643,13 @@ Examples:
 def demo(workload_name, out_dir, use_gpu):
     """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
     from .demo import run_demo
+    from .workload import WorkloadError
 
-    sys.exit(0 if run_demo(out_dir, workload_name, use_gpu) else 1)
+    try:
+        agreed = run_demo(out_dir, workload_name, use_gpu)
+    except WorkloadError as exc:
+        raise click.UsageError(f"workload {exc}") from None
+    sys.exit(EXIT_OK if agreed else EXIT_MISMATCH)
 
 
 @main.command(epilog="""\b

@@ -24,11 +24,11 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     from .runtime import cpu, sim
     from .workload import load as load_workload, resolve
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     source = data_dir("stages") / "xl_spec.xl"
     compiled = load(source)
     module = compiled.sim_module()
     workload = load_workload(resolve(workload_name), module)
+    out_dir.mkdir(parents=True, exist_ok=True)  # after the workload: a bad one leaves nothing behind
     n = len(workload.inputs)
     click.echo(f"pipeline {compiled.name} from {source}: generated code in {compiled.dir}")
     click.echo(f"workload {workload.name}: {n} requests, batch capacity {workload.config.max_active}")

@@ -104,7 +104,17 @@ def request_types(module) -> dict[str, FieldType]:
 
 
 def param_types(module) -> dict[str, FieldType]:
-    return {name: FieldType(t) for name, t in module.Params.TYPES.items()}
+    """The pipeline's launch parameters by name (a parameter may have an enum type)."""
+    program = getattr(module, "XL_PROGRAM", None)
+    if program is not None:
+        return {p.name: _ir_field_type(p.type) for p in program.params}
+    out = {}
+    for name, t in module.Params.TYPES.items():
+        enum = getattr(module, t, None) if t not in ("i32", "u32", "f32", "bool") else None
+        members = tuple(k for k in vars(enum) if not k.startswith("_")) if isinstance(enum, type) else ()
+        out[name] = FieldType("enum", t, members) if members else FieldType(t if t in INT_RANGE or t in ("f32", "bool")
+                                                                             else "u32")
+    return out
 
 
 class _Invalid(Exception):
@@ -127,6 +137,11 @@ def _json_kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def _what(value) -> str:
+    """`5.5 is a number`, `"x" is a string`, `null`: the value and its JSON kind."""
+    return "null" if value is None else f"{_show(value)} is {_json_kind(value)}"
+
+
 def _show(value) -> str:
     text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -141,7 +156,7 @@ def check_f32(value: float) -> float:
         struct.pack("<f", value)
     except OverflowError:
         raise _Invalid(f"{_show(value)} overflows f32 (largest finite {F32_MAX:.8g}); "
-                       "write Infinity or -Infinity for an infinite value") from None
+                       "an infinite value is written Infinity in JSON, inf in --param") from None
     return value
 
 
@@ -149,7 +164,7 @@ def check_value(value, t: FieldType):
     """`value` as the run stores it (enum names to numbers), or _Invalid saying why not."""
     if t.length is not None:
         if not isinstance(value, list):
-            raise _Invalid(f"{_show(value)} is {_json_kind(value)}; the field is {t}: give a list of at most "
+            raise _Invalid(f"{_what(value)}; the field is {t}: give a list of at most "
                            f"{t.length} values")
         if len(value) > t.length:
             raise _Invalid(f"a list of {len(value)} values; the field is {t}: at most {t.length}")
@@ -163,14 +178,14 @@ def check_value(value, t: FieldType):
     if t.kind in INT_RANGE:
         if isinstance(value, bool) or not isinstance(value, int):
             hint = f"; write {int(value)}" if isinstance(value, float) and value.is_integer() else ""
-            raise _Invalid(f"{_show(value)} is {_json_kind(value)}; {t} takes an integer{hint}")
+            raise _Invalid(f"{_what(value)}; {t} takes an integer{hint}")
         lo, hi = INT_RANGE[t.kind]
         if not lo <= value <= hi:
             raise _Invalid(f"{_show(value)} does not fit in {t} ({lo}..{hi})")
         return value
     if t.kind == "f32":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _Invalid(f"{_show(value)} is {_json_kind(value)}; f32 takes a number")
+            raise _Invalid(f"{_what(value)}; f32 takes a number")
         try:
             check_f32(float(value))
         except OverflowError:  # an integer beyond binary64
@@ -178,7 +193,7 @@ def check_value(value, t: FieldType):
         return value
     if t.kind == "bool":
         if not isinstance(value, bool):
-            raise _Invalid(f"{_show(value)} is {_json_kind(value)}; a bool takes true or false")
+            raise _Invalid(f"{_what(value)}; a bool takes true or false")
         return value
     # enum or flag set: a member name of this very type (a flag set also takes its bits as a number)
     members = ", ".join(t.members)
@@ -192,7 +207,7 @@ def check_value(value, t: FieldType):
             raise _Invalid(f"{value} sets bits that {t} does not have ({members}: the bits 1, 2, 4, ...)")
         return value
     also = " or the members' bits as a number" if t.kind == "flags" else ""
-    raise _Invalid(f"{_show(value)} is {_json_kind(value)}; {t} takes a member name ({members}){also}")
+    raise _Invalid(f"{_what(value)}; {t} takes a member name ({members}){also}")
 
 
 # ---- request counts: refused before anything is allocated ------------------------------
@@ -268,7 +283,7 @@ def _unknown_keys(obj: dict, known, where: str, what: str, errors: _Errors) -> N
 def _object(data: dict, key: str, errors: _Errors, where: str = "") -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        errors.add(where + key, f"{_show(value)} is {_json_kind(value)}; give an object {{...}}")
+        errors.add(where + key, f"{_what(value)}; give an object {{...}}")
         return {}
     return value
 
@@ -276,7 +291,7 @@ def _object(data: dict, key: str, errors: _Errors, where: str = "") -> dict:
 def _check_int(value, lo: int, hi: int, where: str, what: str, errors: _Errors) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         hint = f"; write {int(value)}" if isinstance(value, float) and value.is_integer() else ""
-        errors.add(where, f"{_show(value)} is {_json_kind(value)}; {what} is an integer in {lo}..{hi}{hint}")
+        errors.add(where, f"{_what(value)}; {what} is an integer in {lo}..{hi}{hint}")
         return None
     if not lo <= value <= hi:
         errors.add(where, f"{value} is out of range; {what} is an integer in {lo}..{hi}")
@@ -316,12 +331,12 @@ def _params(data: dict, module, errors: _Errors) -> dict:
 def _requests(data: dict, types: dict[str, FieldType], module, errors: _Errors) -> list[dict]:
     requests = data.get("requests", [])
     if not isinstance(requests, list):
-        errors.add("requests", f"{_show(requests)} is {_json_kind(requests)}; give a list of request objects")
+        errors.add("requests", f"{_what(requests)}; give a list of request objects")
         return []
     out = []
     for i, request in enumerate(requests):
         if not isinstance(request, dict):
-            errors.add(f"requests[{i}]", f"{_show(request)} is {_json_kind(request)}; a request is an object "
+            errors.add(f"requests[{i}]", f"{_what(request)}; a request is an object "
                                          "of field values")
             continue
         values = {}
@@ -359,7 +374,7 @@ def _spec(spec, t: FieldType, count: int, where: str) -> _Spec:
         return _Spec(kind, check_value(arg, t))
     if kind in ("choice", "cycle"):
         if not isinstance(arg, list) or not arg:
-            raise _Invalid(f"{kind}: {_show(arg)} is {'an empty list' if arg == [] else _json_kind(arg)}; "
+            raise _Invalid(f"{kind}: {'[] is an empty list' if arg == [] else _what(arg)}; "
                            "give a non-empty list of values")
         values = []
         for i, v in enumerate(arg):
@@ -375,7 +390,7 @@ def _spec(spec, t: FieldType, count: int, where: str) -> _Spec:
         if t.kind == "f32":
             raise _Invalid("counter counts integers, but the field is f32: use uniform, choice or cycle")
         if isinstance(arg, bool) or not isinstance(arg, int):
-            raise _Invalid(f"counter: {_show(arg)} is {_json_kind(arg)}; give the integer to start from")
+            raise _Invalid(f"counter: {_what(arg)}; give the integer to start from")
         lo, hi = INT_RANGE[t.kind]
         last = arg + max(count - 1, 0)
         if not (lo <= arg and last <= hi):
@@ -422,7 +437,7 @@ def _generator(data: dict, types: dict[str, FieldType], module, n_explicit: int,
     if gen is None:
         return 0, {}
     if not isinstance(gen, dict):
-        errors.add("generate", f"{_show(gen)} is {_json_kind(gen)}; give an object {{\"count\": N, \"fields\": {{...}}}}")
+        errors.add("generate", f"{_what(gen)}; give an object {{\"count\": N, \"fields\": {{...}}}}")
         return 0, {}
     _unknown_keys(gen, GENERATE_KEYS, "generate", "key", errors)
     count = _check_int(gen.get("count", 0), 0, LAUNCH_MAX, "generate.count", "the number of requests", errors)
@@ -456,7 +471,7 @@ def from_dict(data: dict, module, name: str = "workload", source: str | None = N
     _unknown_keys(data, TOP_KEYS, "", "key", errors)
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
-            errors.add(key, f"{_show(data[key])} is {_json_kind(data[key])}; give a string")
+            errors.add(key, f"{_what(data[key])}; give a string")
     seed = _check_int(data.get("seed", 0), 0, SEED_MAX, "seed", "the generator's seed", errors)
     config = _launch(data, errors)
     params = _params(data, module, errors)
@@ -478,6 +493,14 @@ def _no_duplicate_keys(pairs):
             raise WorkloadError(f"the key '{key}' appears twice in one object")
         seen[key] = value
     return seen
+
+
+def _parse_float(text: str) -> float:
+    """JSON numbers beyond binary64 would parse as ±inf: refused (Infinity is written so)."""
+    value = float(text)
+    if math.isinf(value):
+        raise WorkloadError(f"the number {text} overflows; write Infinity for an infinite value")
+    return value
 
 
 def read_json(path: Path):
@@ -507,7 +530,7 @@ def read_json(path: Path):
         raise WorkloadError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
                             "save the workload as UTF-8") from None
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_float=_parse_float)
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     except WorkloadError as exc:
