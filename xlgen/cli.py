@@ -34,6 +34,10 @@ def _friendly(fn):
             sys.exit(1)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # `xlgen sim ... | head`: the reader left; stop quietly, as cat does
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a process killed by the signal
         except Exception as exc:  # an xlgen bug, not the user's: say so, with where it happened
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             click.echo(
@@ -348,6 +352,18 @@ def _check_show(compiled, show: str | None) -> list[str]:
     return names
 
 
+def _show_value(compiled, name: str, value) -> str:
+    """A request field's value as the .xl source writes it: enum members by name, bools as true/false."""
+    from . import ir
+
+    t = compiled.program.field(name).type
+    if t == ir.BOOL:
+        return "true" if value else "false"
+    if isinstance(t, ir.EnumType) and not t.is_flags and 0 <= int(value) < len(t.members):
+        return t.members[int(value)]
+    return str(value)
+
+
 def _is_array(decl) -> bool:
     from . import ir
 
@@ -522,7 +538,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
         status = {KIND_DONE: "done", KIND_ERROR: "error"}.get(kind, "?")
         if status == "error" and int(rec["words"][0]) == ERR_WATCHDOG:
             status = "watchdog"
-        values = " ".join(f"{result.requests[f][i]!s:>14}" for f in fields)
+        values = " ".join(f"{_show_value(compiled, f, result.requests[f][i]):>14}" for f in fields)
         click.echo(f"{i:>5} {status:>8} {int(rec['round']) if rec is not None else -1:>6} {values}")
         if status in ("error", "watchdog"):
             click.echo("      " + describe_record(compiled.program, result.records[result.records[:, 0] == i][-1]))

@@ -348,7 +348,7 @@ def _requests(data: dict, types: dict[str, FieldType], module, errors: _Errors) 
             try:
                 values[name] = check_value(value, types[name])
             except _Invalid as exc:
-                errors.add(where, f"{exc} ({name} is {types[name]})" if types[name].length is None else str(exc))
+                errors.add(where, str(exc))
         out.append(values)
     return out
 
