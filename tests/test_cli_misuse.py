@@ -552,6 +552,16 @@ OTHER_COMMAND_CASES = [
 ]
 
 
+def test_demo_asked_for_a_gpu_without_one(tmp_path):
+    from xlgen.runtime import gpu
+
+    if gpu.available():
+        pytest.skip("this machine has a GPU")
+    assert_usage_error(invoke("demo", "--gpu", "-w", "small", "-o", tmp_path / "demo"),
+                       "--gpu needs CuPy and an NVIDIA GPU")
+    assert not (tmp_path / "demo").exists()
+
+
 @pytest.mark.parametrize("args, message", OTHER_COMMAND_CASES, ids=[" ".join(map(str, a[:1] + a[2:]))[:40]
                                                                     for a, _ in OTHER_COMMAND_CASES])
 def test_other_commands(args, message):
@@ -573,5 +583,5 @@ def test_corpus_size():
               "seeds": SEED_CASES, "generator specs": GENERATE_CASES, "workload shapes": TOP_CASES,
               "files": FILE_CASES, "sim options": OPTION_CASES,
               "other commands": OTHER_COMMAND_CASES}
-    total = sum(len(t) for t in tables.values()) + 6  # + the single-case tests of this file
+    total = sum(len(t) for t in tables.values()) + 7  # + the single-case tests of this file
     assert total >= 300, {k: len(v) for k, v in tables.items()}

@@ -56,6 +56,10 @@ def _friendly(fn):
 def main():
     """xlgen: compile .xl pipelines to a CUDA persistent mega-kernel and a bit-exact Python simulator.
 
+    Exit codes of sim, diff, run, bench and demo: 0 every request finished without error; 1 compile
+    error or backends disagree; 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request
+    failed (runtime error or watchdog).
+
     \b
     Examples:
       xlgen check stages/xl_spec.xl      # diagnostics only
@@ -170,10 +174,6 @@ EXIT_MISMATCH = 1  # a compile error, or backends that disagree
 EXIT_USAGE = 2  # bad options or workload: nothing ran
 EXIT_HANG = 3  # the GPU kernel did not finish in --timeout; a hang report was printed
 EXIT_REQUESTS_FAILED = 4  # the run finished, but a request failed (runtime error or watchdog)
-
-EXIT_CODES_HELP = ("Exit codes: 0 every request finished without error; 1 compile error or backends "
-                   "disagree; 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request failed "
-                   "(runtime error or watchdog).")
 
 
 def _prepare(file, workload_name, count, max_active, param_overrides=()):
@@ -419,7 +419,9 @@ LAUNCH_MAX = (1 << 31) - 1  # xlgen.runtime.sim.LAUNCH_MAX (not imported here: -
 _WORKLOAD_OPTIONS = [
     click.option("-w", "--workload", "workload_name", default=None,
                  help="A workload JSON file, or the name of a bundled one (workloads/NAME.json: small, mixed, "
-                      "kv_pressure). Default: 8 requests with the declared initial values."),
+                      "kv_pressure). Default: 8 requests with the declared initial values. Checked against the "
+                      "pipeline's types before the run, with no coercion (5.5 is no i32, 1 no bool, an enum takes "
+                      "its own member names); the rules: docs/workloads.md."),
     click.option("--count", type=AsciiInt(0, LAUNCH_MAX), default=None,
                  help="Use this many requests (the workload's, repeated in order); refused when the request state "
                       "would not fit in memory (the message gives the estimate)."),
@@ -661,6 +663,12 @@ def demo(workload_name, out_dir, use_gpu):
     from .demo import run_demo
     from .workload import WorkloadError
 
+    if use_gpu:
+        from .runtime import gpu
+
+        if not gpu.available():
+            raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]'); --no-gpu runs "
+                                   "the simulator and the CPU build only")
     try:
         agreed = run_demo(out_dir, workload_name, use_gpu)
     except WorkloadError as exc:
