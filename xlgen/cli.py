@@ -237,7 +237,7 @@ _ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+
 
 def _parse_param(module, item: str):
     """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores:
-    ASCII digits only, no member names (parameters are numbers), no f32 overflow to infinity."""
+    ASCII digits only, member names only for an enum parameter, no f32 overflow to infinity."""
     from .diagnostics import did_you_mean
     from .workload import _Invalid, check_value, param_types
 
@@ -324,7 +324,7 @@ def _check_output_path(path, option: str) -> None:
         return
     path = Path(path)
     parent = path.resolve().parent
-    if str(path) == "" or path.is_dir():
+    if path.is_dir():
         raise click.UsageError(f"{option} {path}: is a directory; give a file name")
     if not parent.is_dir():
         raise click.UsageError(f"{option} {path}: no such directory {parent}")
@@ -515,6 +515,8 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     (busy request-rounds over max_active x rounds). Options and the workload are
     checked before the run. Exit codes: docs/workloads.md ("Exit codes").
     """
+    import numpy as np
+
     from .diff import describe_record
     from .runtime import sim as engine
     from .runtime.ops import ERR_WATCHDOG
@@ -533,9 +535,11 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
 
         result = engine.run(module, workload.params, workload.inputs, workload.config, progress=progress)
     click.echo(f"{'req':>5} {'status':>8} {'ended':>6} " + " ".join(f"{f:>14}" for f in fields))
-    last_record = {int(r["req_id"]): r for r in result.record_table}
+    table = result.record_table  # grouped by request id: each group's last row is how it ended
+    ends = np.flatnonzero(np.r_[table["req_id"][1:] != table["req_id"][:-1], True]) if len(table) else []
+    last_row = {int(table["req_id"][k]): int(k) for k in ends}
     for i in range(len(result.requests)):
-        rec = last_record.get(i)
+        rec = table[last_row[i]] if i in last_row else None
         kind = None if rec is None else int(rec["kind"])
         status = {KIND_DONE: "done", KIND_ERROR: "error"}.get(kind, "?")
         if status == "error" and int(rec["words"][0]) == ERR_WATCHDOG:
@@ -543,7 +547,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
         values = " ".join(f"{_show_value(compiled, f, result.requests[f][i]):>14}" for f in fields)
         click.echo(f"{i:>5} {status:>8} {int(rec['round']) if rec is not None else -1:>6} {values}")
         if status in ("error", "watchdog"):
-            click.echo("      " + describe_record(compiled.program, result.records[result.records[:, 0] == i][-1]))
+            click.echo("      " + describe_record(compiled.program, result.records[last_row[i]]))
     if show_trace:
         for rec in result.records:
             click.echo(describe_record(compiled.program, rec))
