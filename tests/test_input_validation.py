@@ -269,3 +269,16 @@ def test_graph_says_when_there_is_no_state_machine():
 def test_sim_help_explains_the_columns():
     out = " ".join(invoke("sim", "--help").output.split())
     assert "`ended` (the round in" in out and "slot utilisation" in out
+
+
+def test_param_types_without_the_ir_are_the_irs():
+    """A generated module imported without xlgen.build has no XL_PROGRAM: its params' types
+    (enums included) are read from the module itself, and agree with the IR's."""
+    import types
+
+    from xlgen.workload import param_types
+
+    for source in (PIPE, REPO / "tests" / "programs" / "enums_flags.xl"):
+        module = load(source).sim_module()
+        bare = types.SimpleNamespace(**{k: v for k, v in vars(module).items() if k != "XL_PROGRAM"})
+        assert param_types(bare) == param_types(module)

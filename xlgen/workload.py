@@ -93,8 +93,9 @@ def _ir_field_type(t) -> FieldType:
 
 
 def request_types(module) -> dict[str, FieldType]:
-    """The pipeline's request fields by name: from its typed IR when the module carries it
-    (xlgen.build sets XL_PROGRAM), else from the storage words of its layout."""
+    """The pipeline's request fields by name, from its typed IR (xlgen.build sets XL_PROGRAM on
+    the simulator module it loads). A generated module imported some other way has only its
+    storage words: its enum fields then take numbers, not member names."""
     program = getattr(module, "XL_PROGRAM", None)
     if program is not None:
         return {f.name: _ir_field_type(f.type) for f in program.request_fields}
@@ -104,17 +105,21 @@ def request_types(module) -> dict[str, FieldType]:
 
 
 def param_types(module) -> dict[str, FieldType]:
-    """The pipeline's launch parameters by name (a parameter may have an enum type)."""
+    """The pipeline's launch parameters by name (a parameter may be of an enum type)."""
     program = getattr(module, "XL_PROGRAM", None)
     if program is not None:
         return {p.name: _ir_field_type(p.type) for p in program.params}
-    out = {}
-    for name, t in module.Params.TYPES.items():
-        enum = getattr(module, t, None) if t not in ("i32", "u32", "f32", "bool") else None
-        members = tuple(k for k in vars(enum) if not k.startswith("_")) if isinstance(enum, type) else ()
-        out[name] = FieldType("enum", t, members) if members else FieldType(t if t in INT_RANGE or t in ("f32", "bool")
-                                                                             else "u32")
-    return out
+    return {name: FieldType(t) if t in ("i32", "u32", "f32", "bool") else _module_enum(module, t)
+            for name, t in module.Params.TYPES.items()}
+
+
+def _module_enum(module, name: str) -> FieldType:
+    """An enum or flag set as a generated module declares it: a class of members in declaration
+    order, valued 0, 1, 2, ... (an enum) or 1, 2, 4, ... (a flag set)."""
+    cls = getattr(module, name)
+    members = tuple(k for k in vars(cls) if not k.startswith("_"))
+    is_flags = bool(members) and getattr(cls, members[0]) == 1
+    return FieldType("flags" if is_flags else "enum", name, members)
 
 
 class _Invalid(Exception):
