@@ -244,6 +244,7 @@ SEED_CASES = [
     ("7", 'seed: "7" is a string; the generator\'s seed is an integer in 0..18446744073709551615'),
     (-1, "seed: -1 is out of range; the generator's seed is an integer in 0..18446744073709551615"),
     (1 << 64, "seed: 18446744073709551616 is out of range"),
+    (BIG, "seed: 1000000000000000000000000000000000000... is out of range"),
     (1.5, "seed: 1.5 is a number"),
     (7.0, "write 7"),
     (float("nan"), "seed: nan is a number"),
@@ -312,6 +313,9 @@ GENERATE_CASES = [
     (gen({"steps": {"uniform": [0.5, 4.5]}}), "uniform [0.5, 4.5] draws floats, but the field is i32: give two "
                                               "integers"),
     (gen({"steps": {"uniform": [0, I32_MAX + 1]}}), "2147483648 does not fit in i32"),
+    (gen({"steps": {"uniform": [0, BIG]}}), "1000000000000000000000000000000000000... does not fit in i32"),
+    (gen({"rate": {"uniform": [0.0, BIG]}}), "overflows f32"),
+    (gen({"steps": {"counter": BIG}}), "does not fit in i32"),
     (gen({"word": {"uniform": [-1, 5]}}), "-1 does not fit in u32"),
     (gen({"rate": {"uniform": [0.0, 1e39]}}), "1e+39 overflows f32"),
     (gen({"mode": {"uniform": [0, 2]}}), "uniform draws numbers, but the field is enum Mode: use choice or cycle "
@@ -413,6 +417,39 @@ FILE_CASES = [
 def test_workload_files(tmp_path, content, message):
     path, result = run_workload(tmp_path, content)
     assert_usage_error(result, str(path), message)
+
+
+# The bundled pipeline, through every command that takes a workload (the silent cases of issue 16).
+BUNDLED_CASES = [
+    (["sim"], {"requests": [{"profile": "DONE"}]}, "requests[0].profile: 'DONE' is not a member of enum Profile "
+                                                   "(CONSTANT, STRUCTURED, BURSTY)"),
+    (["sim"], {"requests": [{"out_len": 5}]}, "requests[0].out_len: not a request field of pipeline xl_spec"),
+    (["sim"], {"requests": [{"prompt_len": 5.5}]}, "requests[0].prompt_len: 5.5 is a number; i32 takes an integer"),
+    (["sim"], {"requests": [{"max_new_tokens": -5.9}]}, "-5.9 is a number; i32 takes an integer"),
+    (["sim"], {"requests": [{"priority": True}]}, "requests[0].priority: true is a bool; i32 takes an integer"),
+    (["sim"], {"requests": [{"req_flags": 8}]}, "8 sets bits that flag set ReqFlag does not have"),
+    (["sim"], {"requests": [{"req_flags": "BURSTY"}]}, "'BURSTY' is not a member of flag set ReqFlag"),
+    (["sim"], {"requests": [{"base_acceptance": 1e40}]}, "1e+40 overflows f32"),
+    (["sim"], {"params": {"eviction_policy": "LRU"}}, 'params.eviction_policy: "LRU" is a string; i32 takes an integer'),
+    (["sim"], {"params": {"kv_cache": 1}}, "params.kv_cache: 1 is an integer; a bool takes true or false"),
+    (["sim"], {"params": {"asbs_alpha": 1e39}}, "params.asbs_alpha: 1e+39 overflows f32"),
+    (["sim"], {"launch": {"max_round": 10}}, "did you mean 'max_rounds'?"),
+    (["diff", "--backend", "cpu"], {"launch": {"max_active": (1 << 32) + 1}}, "launch.max_active: 4294967297 is out "
+                                                                              "of range"),
+    (["diff", "--backend", "cpu"], {"generate": {"count": 2, "fields": {"profile": {"cycle": []}}}},
+     "generate.fields.profile: cycle: [] is an empty list"),
+    (["run"], {"generate": {"count": 2, "fields": {"profile": {"uniform": [0, 2]}}}},
+     "uniform draws numbers, but the field is enum Profile"),
+    (["bench"], {"seed": "7"}, 'seed: "7" is a string'),
+]
+
+
+@pytest.mark.parametrize("command, workload, message", BUNDLED_CASES,
+                         ids=[f"{c[0]} {json.dumps(w)[:40]}" for c, w, _ in BUNDLED_CASES])
+def test_bundled_pipeline_workloads(tmp_path, command, workload, message):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(workload))
+    assert_usage_error(invoke(command[0], BUNDLED, "-w", path, *command[1:]), str(path), message)
 
 
 def test_a_directory_as_the_workload(tmp_path):
@@ -581,7 +618,7 @@ def test_corpus_size():
     """The totals the closing report quotes (issue 17 asks for >= 200 hostile cases in all)."""
     tables = {"request field values": FIELD_CASES, "params": PARAM_CASES, "launch": LAUNCH_CASES,
               "seeds": SEED_CASES, "generator specs": GENERATE_CASES, "workload shapes": TOP_CASES,
-              "files": FILE_CASES, "sim options": OPTION_CASES,
+              "files": FILE_CASES, "sim options": OPTION_CASES, "bundled pipeline": BUNDLED_CASES,
               "other commands": OTHER_COMMAND_CASES}
     total = sum(len(t) for t in tables.values()) + 7  # + the single-case tests of this file
     assert total >= 300, {k: len(v) for k, v in tables.items()}

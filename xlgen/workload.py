@@ -299,7 +299,7 @@ def _check_int(value, lo: int, hi: int, where: str, what: str, errors: _Errors) 
         errors.add(where, f"{_what(value)}; {what} is an integer in {lo}..{hi}{hint}")
         return None
     if not lo <= value <= hi:
-        errors.add(where, f"{value} is out of range; {what} is an integer in {lo}..{hi}")
+        errors.add(where, f"{_show(value)} is out of range; {what} is an integer in {lo}..{hi}")
         return None
     return value
 
@@ -365,7 +365,7 @@ class _Spec:
     arg: object
 
 
-def _spec(spec, t: FieldType, count: int, where: str) -> _Spec:
+def _spec(spec, t: FieldType, count: int) -> _Spec:
     """Check one generator entry against its field's type; raises _Invalid."""
     if not isinstance(spec, dict):
         return _Spec("constant", check_value(spec, t))
@@ -399,14 +399,14 @@ def _spec(spec, t: FieldType, count: int, where: str) -> _Spec:
         lo, hi = INT_RANGE[t.kind]
         last = arg + max(count - 1, 0)
         if not (lo <= arg and last <= hi):
-            raise _Invalid(f"counter {arg}..{last} does not fit in {t} ({lo}..{hi})")
+            raise _Invalid(f"counter {_show(arg)}..{_show(last)} does not fit in {t} ({lo}..{hi})")
         return _Spec(kind, arg)
     # uniform
     if (not isinstance(arg, list) or len(arg) != 2
             or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in arg)):
         raise _Invalid(f"uniform: {_show(arg)}; give [LO, HI], two numbers")
     lo, hi = arg
-    if not all(math.isfinite(v) for v in arg):
+    if any(isinstance(v, float) and not math.isfinite(v) for v in arg):
         raise _Invalid(f"uniform: {_show(arg)}; both ends must be finite")
     if lo > hi:
         raise _Invalid(f"uniform: [{lo}, {hi}] is reversed; write [{hi}, {lo}]")
@@ -460,7 +460,7 @@ def _generator(data: dict, types: dict[str, FieldType], module, n_explicit: int,
             errors.add(where, f"not a request field of pipeline {module.PIPELINE}{did_you_mean(name, types)}")
             continue
         try:
-            specs[name] = _spec(spec, types[name], count or 0, where)
+            specs[name] = _spec(spec, types[name], count or 0)
         except _Invalid as exc:
             errors.add(where, f"{exc}")
     return count or 0, specs  # a bad count is in `errors`, raised before anything is drawn
