@@ -184,18 +184,16 @@ def slot_utilisation(result: RunResult, max_active: int) -> SlotUtilisation:
     records carry the round after the last one run, in which no request was busy.
     Reconstructed from the records, so it holds for every deterministic backend."""
     from .runtime.ops import ERR_WATCHDOG
-    from .runtime.sim import KIND_ERROR
+    from .runtime.sim import KIND_DONE, KIND_ERROR
 
     n, rounds = len(result.requests), int(result.rounds)
     table = result.record_table
+    watchdog = (table["kind"] == KIND_ERROR) & (table["words"][:, 0] == ERR_WATCHDOG)
+    ended = np.isin(table["kind"], [KIND_DONE, KIND_ERROR]) & ~watchdog
     end = np.full(n, rounds - 1, dtype=np.int64)  # unfinished (watchdog): busy through the last round run
+    end[table["req_id"][ended]] = table["round"][ended]
     finished = np.zeros(n, dtype=bool)
-    ends = table[np.isin(table["kind"], [KIND_ERROR, 0xFFFFFFFE])]
-    for rec in ends:
-        is_watchdog = rec["kind"] == KIND_ERROR and rec["words"][0] == ERR_WATCHDOG
-        if not is_watchdog:
-            end[rec["req_id"]] = int(rec["round"])
-            finished[rec["req_id"]] = True
+    finished[table["req_id"][ended]] = True
     # Request i is admitted at the start of the first round r with i < max_active + (requests
     # finished by the end of round r - 1); finishes in a round are counted with np.bincount.
     freed = np.bincount(end[finished] + 1, minlength=rounds + 1)[: rounds + 1] if rounds else np.zeros(1, np.int64)
