@@ -19,7 +19,7 @@ PROFILE_COLORS = {"CONSTANT": "#1f77b4", "STRUCTURED": "#d62728", "BURSTY": "#2c
 def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None) -> bool:
     from .build import load
     from .diff import compare
-    from .metrics import format_summary, speculation_summary
+    from .metrics import format_summary, run_counts, slot_utilisation, speculation_summary
     from .resources import data_dir
     from .runtime import cpu, sim
     from .workload import load as load_workload, resolve
@@ -71,7 +71,10 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     click.echo("")
     click.echo(format_summary(speculation_summary(compiled.program, reference)))
     click.echo("")
-    click.echo(f"simulator: {reference.rounds} rounds, {len(reference.records)} trace records in {sim_s:.2f} s")
+    c = run_counts(reference)
+    click.echo(f"simulator: {reference.rounds} rounds, {c.done} of {c.requests} requests done, {c.failed} failed; "
+               f"records: {c.trace_records} trace, {c.done_records} done, {c.error_records} error; "
+               f"{slot_utilisation(reference, workload.config.max_active)} ({sim_s:.2f} s)")
     for backend, result in results.items():
         divergence = compare(compiled.program, reference, result)
         status = "identical to the simulator" if divergence is None else "DIFFERS from the simulator"
