@@ -29,6 +29,16 @@ EXCEPTION_TEXT = ("Traceback", "internal compiler error", "Error: Exception", "o
                   "unexpected keyword", "invalid literal for int", "NoneType")
 
 
+@pytest.fixture(autouse=True)
+def empty_working_directory(tmp_path_factory, monkeypatch):
+    """Each case runs in an empty directory, which a refused command must leave empty
+    (a relative output path such as `--kv-plot kv.png` would land there)."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    yield
+    assert sorted(p.name for p in cwd.iterdir()) == [], "a refused command wrote files"
+
+
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
@@ -54,7 +64,10 @@ def run_workload(tmp_path, content, *extra):
         path.write_text(content)
     else:
         path.write_text(json.dumps(content))
-    return path, invoke("sim", PIPE, "-w", path, *extra)
+    before = path.read_bytes()
+    result = invoke("sim", PIPE, "-w", path, *extra)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["w.json"]
+    return path, result
 
 
 # ---- request field values: (field, value, what the message says) --------------------------
