@@ -618,6 +618,16 @@ def test_other_commands(args, message):
     assert_usage_error(invoke(*args), message)
 
 
+def test_gpu_backends_without_a_gpu_are_refused_before_the_simulator_runs():
+    from xlgen.runtime import gpu
+
+    if gpu.available():
+        pytest.skip("this machine has a GPU")
+    for backends in ("gpu", "cpu,gpu-fast"):
+        assert_usage_error(invoke("diff", PIPE, "--backend", backends), "the gpu backends need CuPy and an NVIDIA GPU")
+    assert_usage_error(invoke("run", PIPE), "needs CuPy and an NVIDIA GPU")
+
+
 def test_kv_plot_paths_are_checked_before_the_run(tmp_path):
     assert_usage_error(invoke("sim", BUNDLED, "-w", "kv_pressure", "--kv-plot", tmp_path / "no" / "kv.png"),
                        "no such directory")
@@ -633,5 +643,5 @@ def test_corpus_size():
               "seeds": SEED_CASES, "generator specs": GENERATE_CASES, "workload shapes": TOP_CASES,
               "files": FILE_CASES, "sim options": OPTION_CASES, "bundled pipeline": BUNDLED_CASES,
               "other commands": OTHER_COMMAND_CASES}
-    total = sum(len(t) for t in tables.values()) + 7  # + the single-case tests of this file
+    total = sum(len(t) for t in tables.values()) + 8  # + the single-case tests of this file
     assert total >= 300, {k: len(v) for k, v in tables.items()}

@@ -593,6 +593,12 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
         bad = [b for b in chosen if b not in BACKENDS[1:]]
         if bad:
             raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
+        if any(b.startswith("gpu") for b in chosen):  # before the simulator runs, not after
+            from .runtime import gpu
+
+            if not gpu.available():
+                raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
+                                       "(pip install -e '.[gpu]')")
     reference = _run_backend("sim", compiled, workload)
     click.echo(_summary(compiled, reference, workload.config.max_active))
     failed = False
