@@ -228,6 +228,23 @@ class AsciiInt(click.ParamType):
         return number
 
 
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds, written in ASCII (Python's float() also reads '٣')."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str) and _ASCII_FLOAT.fullmatch(value.strip()):
+            number = float(value.strip())
+        else:
+            self.fail(f"{value!r} is not a number (ASCII, e.g. 30 or 2.5)", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value}: give a positive number of seconds", param, ctx)
+        return number
+
+
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _ASCII_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _ASCII_HEX = re.compile(r"0[xX][0-9a-fA-F]+", re.ASCII)
@@ -628,7 +645,7 @@ Examples:
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
-@click.option("--timeout", type=float, default=120.0, show_default=True,
+@click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
 @_kv_options
 @_friendly
@@ -640,8 +657,6 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
     Exit codes: 0 every request finished without error, 2 usage, 3 hang, 4 a request
     failed (docs/workloads.md, "Exit codes").
     """
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise click.UsageError(f"--timeout {timeout}: give a positive number of seconds")
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
