@@ -90,21 +90,21 @@ def test_kv_report_prints_the_report_of_the_run(compiled, pressure_run):
     assert out.index("sim: 64 requests, 64 done") < out.index("KV cache:")  # after the run's summary
 
 
-def test_kv_report_with_the_kv_cache_off_says_so_in_one_line(tmp_path):
+def test_kv_report_with_the_kv_cache_off_is_refused_before_running(tmp_path):
     plot = tmp_path / "off.png"
     result = invoke("sim", BUNDLED, "-w", "small", "--param", "kv_cache=false", "--kv-report", "--kv-plot", plot)
-    assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("kv report:")]
-    assert lines == [("kv report: the KV cache was off in this run (launch param kv_cache is false; "
-                      "--param kv_cache=true turns it on); no plot written")]
-    assert "kv_hit_rate" not in result.output and "Traceback" not in result.output
-    assert not plot.exists()
+    assert result.exit_code == 2, result.output
+    assert ("--kv-report: the KV cache is off in this run (launch param kv_cache is false; "
+            "--param kv_cache=true turns it on)") in result.output
+    assert "req " not in result.output  # nothing ran
+    assert "Traceback" not in result.output and not plot.exists()
 
 
-def test_kv_report_on_a_pipeline_without_a_kv_cache():
+def test_kv_report_on_a_pipeline_without_a_kv_cache_is_refused_before_running():
     result = invoke("sim", REPO / "tests" / "programs" / "counter.xl", "--kv-report")
-    assert result.exit_code == 0, result.output
-    assert "kv report: pipeline counter has no traced kv_manage stage" in result.output
+    assert result.exit_code == 2, result.output
+    assert "--kv-report: pipeline counter has no traced kv_manage stage" in result.output
+    assert "req " not in result.output
 
 
 def test_kv_report_in_gpu_fast_mode_is_refused_before_running():

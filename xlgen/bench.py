@@ -125,6 +125,17 @@ def latency_metrics(program, result: RunResult) -> dict:
     return out
 
 
+def run_metrics(result: RunResult, max_active: int) -> dict:
+    """Outcomes, records by kind and slot utilisation of a deterministic run (xlgen.metrics)."""
+    from .metrics import run_counts, slot_utilisation
+
+    c = run_counts(result)
+    u = slot_utilisation(result, max_active)
+    return {"slot_utilisation": u.fraction, "busy_request_rounds": u.busy, "failed_requests": c.failed,
+            "runtime_errors": c.runtime_errors, "watchdog_stops": c.watchdog, "trace_records": c.trace_records,
+            "done_records": c.done_records, "error_records": c.error_records}
+
+
 def speculation_metrics(program, result: RunResult) -> dict:
     from .metrics import speculation_summary
 
@@ -179,6 +190,7 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
                                      tokens, same))
     metrics = {}
     if reference is not None:
+        metrics.update(run_metrics(reference, workload.config.max_active))
         metrics.update(speculation_metrics(compiled.program, reference))
         metrics.update(latency_metrics(compiled.program, reference))
         metrics.update(kv_metrics_of_run(compiled, workload, reference))

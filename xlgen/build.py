@@ -101,6 +101,7 @@ class Compiled:
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
             spec.loader.exec_module(module)
+            module.XL_PROGRAM = self.program  # the typed IR: workloads are checked against its types
             self._sim = module
         return self._sim
 

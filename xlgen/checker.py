@@ -605,10 +605,18 @@ class Checker:
             out.append(ir.Trace(node.stage, tuple(names), len(out), node.loc))
         return out
 
+    def _header_loc(self, main: A.Module) -> Loc:
+        """Where `pipeline NAME` is written (the module keeps no location for it; line 1 may be a comment)."""
+        for number, line in enumerate(self.sources.get(main.file, "").split("\n"), 1):
+            stripped = line.lstrip()
+            if stripped.startswith("pipeline") and stripped[8:9] in (" ", "\t"):
+                return Loc(main.file, number, len(line) - len(stripped) + 1)
+        return Loc(main.file, 1, 1)
+
     def _done(self, nodes: list[A.DoneDecl], main: A.Module) -> ir.Expr:
         if not nodes:
             if main.pipeline is not None:
-                self.error(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' has no 'done when' condition")
+                self.error(self._header_loc(main), f"pipeline '{main.pipeline}' has no 'done when' condition")
             return ir.Const(False, BOOL)
         for extra in nodes[1:]:
             self.error(extra.loc, f"'done when' is declared twice (first at {nodes[0].loc})")
@@ -778,7 +786,7 @@ class Checker:
         if s.op != "=":
             op = s.op[:-1]
             current = ir.Load(target, index, elem, checked, s.loc) if index is not None else target
-            value = self._binary_typed(op, current, value, s.loc)
+            value = self._binary_typed(op, current, value, s.loc, error_loc=s.value.loc)
             if value is None:
                 return None
         if not self._same(elem, value.type, s.value.loc, f"'{s.target}'"):
@@ -1102,12 +1110,13 @@ class Checker:
             return None
         return self._binary_typed(op, left, right, node.loc)
 
-    def _binary_typed(self, op: str, left: ir.Expr, right: ir.Expr, loc: Loc):
+    def _binary_typed(self, op: str, left: ir.Expr, right: ir.Expr, loc: Loc, error_loc: Loc | None = None):
+        """`error_loc`: where a type error points (a compound assignment's value, not its statement)."""
         lt, rt = left.type, right.type
         flags = isinstance(lt, ir.EnumType) and lt.is_flags
 
         def bad(why: str = ""):
-            self.error(loc, f"operator '{op}' does not apply to {lt} and {rt}{why}")
+            self.error(error_loc or loc, f"operator '{op}' does not apply to {lt} and {rt}{why}")
             return None
 
         if isinstance(lt, ir.ArrayType) or isinstance(rt, ir.ArrayType):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import math
+import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -31,6 +34,10 @@ def _friendly(fn):
             sys.exit(1)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # `xlgen sim ... | head`: the reader left; stop quietly, as cat does
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a process killed by the signal
         except Exception as exc:  # an xlgen bug, not the user's: say so, with where it happened
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             click.echo(
@@ -48,6 +55,10 @@ def _friendly(fn):
 @click.version_option(__version__, prog_name="xlgen")
 def main():
     """xlgen: compile .xl pipelines to a CUDA persistent mega-kernel and a bit-exact Python simulator.
+
+    Exit codes of sim, diff, run, bench and demo: 0 every request finished without error; 1 compile
+    error or backends disagree; 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request
+    failed (runtime error or watchdog).
 
     \b
     Examples:
@@ -156,12 +167,20 @@ def build(file, out_dir, check_only):
 BACKENDS = ("sim", "cpu", "gpu", "gpu-fast")
 
 
-def _prepare(file, workload_name, count, max_active, param_overrides=()):
-    """Check and generate FILE, and load the workload against its simulator."""
-    from .build import load
-    from .workload import WorkloadError, load as load_workload, resolve
+# Exit codes of the commands that run a pipeline (sim, diff, run, bench, demo); docs/workloads.md
+# lists them and every such command's --help points there.
+EXIT_OK = 0  # every request finished without error (and, for diff/bench, every backend agreed)
+EXIT_MISMATCH = 1  # a compile error, or backends that disagree
+EXIT_USAGE = 2  # bad options or workload: nothing ran
+EXIT_HANG = 3  # the GPU kernel did not finish in --timeout; a hang report was printed
+EXIT_REQUESTS_FAILED = 4  # the run finished, but a request failed (runtime error or watchdog)
 
-    from .workload import Workload
+
+def _prepare(file, workload_name, count, max_active, param_overrides=()):
+    """Check and generate FILE, and load the workload against its simulator: every
+    workload and option error is a usage error here, before anything runs."""
+    from .build import load
+    from .workload import Workload, WorkloadError, check_request_count, load as load_workload, resolve
 
     compiled = load(file)
     module = compiled.sim_module()
@@ -172,10 +191,14 @@ def _prepare(file, workload_name, count, max_active, param_overrides=()):
         try:
             workload = load_workload(resolve(workload_name), module)
         except WorkloadError as exc:
-            raise click.UsageError(f"workload: {exc}") from None
+            raise click.UsageError(f"workload {exc}" if "\n" not in str(exc) else f"workload:\n{exc}") from None
     if count is not None:
-        if count < 0 or (count > 0 and not workload.inputs):
-            raise click.UsageError(f"--count {count}: the workload has {len(workload.inputs)} requests to repeat")
+        if count > 0 and not workload.inputs:
+            raise click.UsageError(f"--count {count}: the workload has no requests to repeat")
+        try:
+            check_request_count(count, module)
+        except WorkloadError as exc:
+            raise click.UsageError(f"--count {count}: {exc}") from None
         workload.inputs = [dict(workload.inputs[i % len(workload.inputs)]) for i in range(count)]
     if max_active is not None:
         workload.config.max_active = max_active
@@ -185,14 +208,55 @@ def _prepare(file, workload_name, count, max_active, param_overrides=()):
     return compiled, module, workload
 
 
+class AsciiInt(click.ParamType):
+    """An integer option in lo..hi, written in ASCII digits (Python's int() also reads '٣' and '1_0')."""
+
+    name = "integer"
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and _ASCII_INT.fullmatch(value.strip()):
+            number = int(value.strip())
+        else:
+            self.fail(f"{value!r} is not an integer (ASCII digits, e.g. 8)", param, ctx)
+        if not self.lo <= number <= self.hi:
+            self.fail(f"{number} is out of range {self.lo}..{self.hi}", param, ctx)
+        return number
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds, written in ASCII (Python's float() also reads '٣')."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str) and _ASCII_FLOAT.fullmatch(value.strip()):
+            number = float(value.strip())
+        else:
+            self.fail(f"{value!r} is not a number (ASCII, e.g. 30 or 2.5)", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value}: give a positive number of seconds", param, ctx)
+        return number
+
+
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_ASCII_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_ASCII_HEX = re.compile(r"0[xX][0-9a-fA-F]+", re.ASCII)
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)",
+                          re.ASCII | re.IGNORECASE)
 
 
 def _parse_param(module, item: str):
-    """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores."""
+    """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores:
+    ASCII digits only, member names only for an enum parameter, no f32 overflow to infinity."""
     from .diagnostics import did_you_mean
-    from .runtime.sim import coerce, param_word
-    from .workload import WorkloadError, _enum_value
+    from .workload import _Invalid, check_value, param_types
 
     name, sep, text = (part.strip() for part in item.partition("="))
     if not sep or not name or not text:
@@ -202,25 +266,25 @@ def _parse_param(module, item: str):
         valid = ", ".join(types) if types else "none"
         raise click.UsageError(f"--param {name}: not a launch parameter of pipeline {module.PIPELINE}"
                                f"{did_you_mean(name, types)} (its parameters: {valid})")
-    t = types[name]
-    if t == "bool":
+    t = param_types(module)[name]
+    if t.kind == "bool":
         if text.lower() not in _TRUE + _FALSE:
             raise click.UsageError(f"--param {name}={text}: {name} is a bool; give true or false")
         return name, text.lower() in _TRUE
-    word = param_word(t)
+    if t.kind == "f32":
+        if not _ASCII_FLOAT.fullmatch(text):
+            raise click.UsageError(f"--param {name}={text}: {name} is f32; give a number (ASCII, e.g. 0.5, 1e-3, "
+                                   "inf)")
+        value = float(text)
+    elif _ASCII_INT.fullmatch(text) or _ASCII_HEX.fullmatch(text):
+        value = int(text, 0) if _ASCII_HEX.fullmatch(text) else int(text)
+    elif t.enum:  # an enum parameter takes a member name (a flag set also its bits as a number)
+        value = text
+    else:
+        raise click.UsageError(f"--param {name}={text}: {name} is {t}; give an integer (ASCII digits, or 0x hex)")
     try:
-        value = float(text) if word == "f" else (int(text) if text.lstrip("+-").isdigit() else int(text, 0))
-    except ValueError:
-        try:
-            value = _enum_value(module, text) if word != "f" else None
-        except WorkloadError:
-            value = None
-        if not isinstance(value, int):
-            kind = "a number" if word == "f" else "an integer" + (" or a member name" if t not in ("i32", "u32") else "")
-            raise click.UsageError(f"--param {name}={text}: {name} is {t}; give {kind}") from None
-    try:
-        coerce(value, word)
-    except (TypeError, ValueError, OverflowError) as exc:
+        value = check_value(value, t)
+    except _Invalid as exc:
         raise click.UsageError(f"--param {name}={text}: {exc}") from None
     return name, value
 
@@ -241,25 +305,145 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0):
         return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
-        sys.exit(3)
+        sys.exit(EXIT_HANG)
 
 
-def _summary(compiled, result) -> str:
-    from .runtime.sim import KIND_DONE, KIND_ERROR
+def _summary(compiled, result, max_active: int | None = None) -> str:
+    """One line: requests by outcome (failures by kind), rounds, records by kind, and (in
+    the round model) the batch's slot utilisation."""
+    from .metrics import run_counts, slot_utilisation
 
-    kinds = result.records[:, 2] if len(result.records) else []
-    done = int((kinds == KIND_DONE).sum()) if len(result.records) else 0
-    failed = int((kinds == KIND_ERROR).sum()) if len(result.records) else 0
-    return (f"{result.backend}: {len(result.requests)} requests, {done} done, {failed} failed, "
-            f"{result.rounds} rounds, {len(result.records)} trace records")
+    c = run_counts(result)
+    failed = f"{c.failed} failed"
+    if c.failed:
+        kinds = [f"{c.runtime_errors} runtime error{'s' if c.runtime_errors != 1 else ''}"] if c.runtime_errors else []
+        kinds += [f"{c.watchdog} stopped by the watchdog"] if c.watchdog else []
+        failed += f" ({', '.join(kinds)})"
+    line = (f"{result.backend}: {c.requests} requests, {c.done} done, {failed}, {result.rounds} rounds; "
+            f"records: {c.trace_records} trace, {c.done_records} done, {c.error_records} error")
+    if c.unfinished:
+        line += f"; {c.unfinished} requests have no done or error record"
+    if max_active is not None and "fast" not in result.backend and "interleaved" not in result.backend:
+        line += f"; {slot_utilisation(result, max_active)}"
+    return line
 
+
+def _requests_failed(result) -> bool:
+    from .metrics import run_counts
+
+    c = run_counts(result)
+    return c.failed > 0 or c.unfinished > 0
+
+
+def _check_output_path(path, option: str) -> None:
+    """Fail before a long run, not after it, when a file cannot be written there."""
+    if path is None:
+        return
+    path = Path(path)
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise click.UsageError(f"{option} {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise click.UsageError(f"{option} {path}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise click.UsageError(f"{option} {path}: not writable")
+
+
+def _check_show(compiled, show: str | None) -> list[str]:
+    """--show's fields: scalar request fields of the pipeline (checked before the run)."""
+    from .diagnostics import did_you_mean
+
+    fields = {f.name: f for f in compiled.program.request_fields}
+    if show is None:  # the first traced fields, those that print as one value
+        return [f for f in [f for t in compiled.program.traces for f in t.fields][:6] if not _is_array(fields[f])]
+    names = [n.strip() for n in show.split(",")]
+    if not all(names):
+        raise click.UsageError(f"--show {show!r}: give comma-separated request field names, e.g. --show n_out,iterations")
+    for name in names:
+        if name not in fields:
+            raise click.UsageError(f"--show: '{name}' is not a request field of pipeline {compiled.name}"
+                                   f"{did_you_mean(name, fields)}")
+        if _is_array(fields[name]):
+            raise click.UsageError(f"--show: '{name}' is an array ({fields[name].type}); --show prints scalar fields "
+                                   "(--trace prints traced arrays)")
+    return names
+
+
+def _show_value(compiled, name: str, value) -> str:
+    """A request field's value as the .xl source writes it: enum members by name, bools as true/false."""
+    from . import ir
+
+    t = compiled.program.field(name).type
+    if t == ir.BOOL:
+        return "true" if value else "false"
+    if isinstance(t, ir.EnumType) and not t.is_flags and 0 <= int(value) < len(t.members):
+        return t.members[int(value)]
+    return str(value)
+
+
+def _is_array(decl) -> bool:
+    from . import ir
+
+    return isinstance(decl.type, ir.ArrayType)
+
+
+def _check_kv_options(compiled, module, workload, show_report: bool, plot_path) -> None:
+    """--kv-report / --kv-plot need a pipeline with the bundled KV cache's trace and fields
+    (read from the program, as the report reads them) and the cache on in this run."""
+    if not show_report and plot_path is None:
+        return
+    from .kv_report import REQUEST_FIELDS, SHARED_FIELDS, SNAP_FIELDS, kv_settings
+
+    option = "--kv-report" if show_report else "--kv-plot"
+    program = compiled.program
+    trace = next((t for t in program.traces if t.stage == "kv_manage"), None)
+    if trace is None:
+        raise click.UsageError(f"{option}: pipeline {program.name} has no traced kv_manage stage: there is no KV "
+                               "cache to report on")
+    have = set(trace.fields) | {f.name for f in program.request_fields} | {f.name for f in program.shared_fields}
+    missing = [f for f in SNAP_FIELDS if f not in trace.fields]
+    missing += [f for f in REQUEST_FIELDS + SHARED_FIELDS if f not in have]
+    if missing:
+        raise click.UsageError(f"{option}: pipeline {program.name}'s kv_manage is not the bundled KV cache's (the "
+                               f"report reads {', '.join(missing)}; see stages/kv.xl)")
+    if "kv_cache" in module.Params.TYPES and not kv_settings(module, workload.params).kv_cache:
+        raise click.UsageError(f"{option}: the KV cache is off in this run (launch param kv_cache is false; "
+                               "--param kv_cache=true turns it on)")
+    _check_output_path(plot_path, "--kv-plot")
+
+
+class _NoProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def progress_bar(total: int, label: str, **options):
+    """A progress bar on a terminal; nothing at all otherwise (in a pipe or a log, click
+    prints the bare label, which interleaves with stdout)."""
+    if not sys.stderr.isatty():
+        return _NoProgress()
+    return click.progressbar(length=total, label=label, file=sys.stderr, **options)
+
+
+LAUNCH_MAX = (1 << 31) - 1  # xlgen.runtime.sim.LAUNCH_MAX (not imported here: --help stays fast)
 
 _WORKLOAD_OPTIONS = [
     click.option("-w", "--workload", "workload_name", default=None,
                  help="A workload JSON file, or the name of a bundled one (workloads/NAME.json: small, mixed, "
-                      "kv_pressure). Default: 8 requests with the declared initial values."),
-    click.option("--count", type=int, default=None, help="Use this many requests (the workload's, repeated)."),
-    click.option("--max-active", type=int, default=None, help="Batch capacity: requests resident at once."),
+                      "kv_pressure). Default: 8 requests with the declared initial values. Checked against the "
+                      "pipeline's types before the run, with no coercion (5.5 is no i32, 1 no bool, an enum takes "
+                      "its own member names); the rules: docs/workloads.md."),
+    click.option("--count", type=AsciiInt(0, LAUNCH_MAX), default=None,
+                 help="Use this many requests (the workload's, repeated in order); refused when the request state "
+                      "would not fit in memory (the message gives the estimate)."),
+    click.option("--max-active", type=AsciiInt(1, LAUNCH_MAX), default=None,
+                 help=f"Batch capacity: requests resident at once (1..{LAUNCH_MAX})."),
     click.option("--param", "param_overrides", multiple=True, metavar="NAME=VALUE",
                  help="Set a launch parameter over the workload's params (repeatable): "
                       "--param fixed_block=8 --param kv_cache=true."),
@@ -286,12 +470,6 @@ def _kv_options(fn):
     for option in reversed(_KV_OPTIONS):
         fn = option(fn)
     return fn
-
-
-def _check_plot_path(plot_path) -> None:
-    """Fail before a long run, not after it, when the plot cannot be written there."""
-    if plot_path is not None and not plot_path.resolve().parent.is_dir():
-        raise click.UsageError(f"--kv-plot {plot_path}: no such directory {plot_path.parent}")
 
 
 def _kv_outputs(compiled, module, workload, result, show_report: bool, plot_path) -> None:
@@ -346,15 +524,26 @@ Examples:
 @_kv_options
 @_friendly
 def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot):
-    """Run FILE's simulator (the executable specification) on a workload."""
+    """Run FILE's simulator (the executable specification) on a workload.
+
+    One line per request: its status (done, error, watchdog), `ended` (the round in
+    which it finished or failed) and the --show fields; then a summary: requests by
+    outcome, records by kind (trace, done, error) and the batch's slot utilisation
+    (busy request-rounds over max_active x rounds). Options and the workload are
+    checked before the run. Exit codes: docs/workloads.md ("Exit codes").
+    """
+    import numpy as np
+
     from .diff import describe_record
     from .runtime import sim as engine
+    from .runtime.ops import ERR_WATCHDOG
     from .runtime.sim import KIND_DONE, KIND_ERROR
 
-    _check_plot_path(kv_plot)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    fields = _check_show(compiled, show)
+    _check_kv_options(compiled, module, workload, kv_report, kv_plot)
     total = len(workload.inputs)
-    with click.progressbar(length=total, label=f"simulating {total} requests", file=sys.stderr) as bar:
+    with progress_bar(total, f"simulating {total} requests") as bar:
         last = [0]
 
         def progress(done, _n):
@@ -362,28 +551,26 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
             last[0] = done
 
         result = engine.run(module, workload.params, workload.inputs, workload.config, progress=progress)
-    fields = [f for f in (show.split(",") if show else [])]
-    if not fields:
-        fields = [f for t in compiled.program.traces for f in t.fields][:6]
-    unknown = [f for f in fields if f not in result.requests.dtype.names]
-    if unknown:
-        raise click.UsageError(f"--show: unknown field(s) {', '.join(unknown)}")
-    scalar = [f for f in fields if result.requests.dtype[f].shape == ()]
-    header = f"{'req':>5} {'status':>8} {'round':>6} " + " ".join(f"{f:>14}" for f in scalar)
-    click.echo(header)
-    last_record = {int(r[0]): r for r in result.records}
+    click.echo(f"{'req':>5} {'status':>8} {'ended':>6} " + " ".join(f"{f:>14}" for f in fields))
+    table = result.record_table  # grouped by request id: each group's last row is how it ended
+    ends = np.flatnonzero(np.r_[table["req_id"][1:] != table["req_id"][:-1], True]) if len(table) else []
+    last_row = {int(table["req_id"][k]): int(k) for k in ends}
     for i in range(len(result.requests)):
-        rec = last_record.get(i)
-        status = "done" if rec is not None and rec[2] == KIND_DONE else ("error" if rec is not None and rec[2] == KIND_ERROR else "?")
-        values = " ".join(f"{result.requests[f][i]!s:>14}" for f in scalar)
-        click.echo(f"{i:>5} {status:>8} {int(rec[1]) if rec is not None else -1:>6} {values}")
-        if status == "error":
-            click.echo("      " + describe_record(compiled.program, rec))
+        rec = table[last_row[i]] if i in last_row else None
+        kind = None if rec is None else int(rec["kind"])
+        status = {KIND_DONE: "done", KIND_ERROR: "error"}.get(kind, "?")
+        if status == "error" and int(rec["words"][0]) == ERR_WATCHDOG:
+            status = "watchdog"
+        values = " ".join(f"{_show_value(compiled, f, result.requests[f][i]):>14}" for f in fields)
+        click.echo(f"{i:>5} {status:>8} {int(rec['round']) if rec is not None else -1:>6} {values}")
+        if status in ("error", "watchdog"):
+            click.echo("      " + describe_record(compiled.program, result.records[last_row[i]]))
     if show_trace:
         for rec in result.records:
             click.echo(describe_record(compiled.program, rec))
-    click.echo(_summary(compiled, result))
+    click.echo(_summary(compiled, result, workload.config.max_active))
     _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
 
 
 @main.command(epilog="""\b
@@ -405,7 +592,9 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
     Deterministic backends must match the simulator's traces and final state
     exactly. gpu-fast (no rounds) is compared on its committed tokens (the
     bundled pipeline's out_tokens and n_out), or on the whole final request state.
-    Exit code 0 only when everything agrees.
+    Exit code 0 only when everything agrees and every request finished without
+    error; 1 when backends disagree; 4 when they agree but a request failed
+    (docs/workloads.md, "Exit codes").
     """
     from .diff import committed_output_fields, compare, compare_results
 
@@ -416,15 +605,23 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
         chosen = ["cpu"] + (["gpu"] if gpu.available() else [])
     else:
         chosen = [b.strip() for b in backends.split(",") if b.strip()]
+        if not chosen:
+            raise click.UsageError(f"--backend {backends!r}: give one or more of {', '.join(BACKENDS[1:])}")
         bad = [b for b in chosen if b not in BACKENDS[1:]]
         if bad:
             raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
+        if any(b.startswith("gpu") for b in chosen):  # before the simulator runs, not after
+            from .runtime import gpu
+
+            if not gpu.available():
+                raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
+                                       "(pip install -e '.[gpu]')")
     reference = _run_backend("sim", compiled, workload)
-    click.echo(_summary(compiled, reference))
+    click.echo(_summary(compiled, reference, workload.config.max_active))
     failed = False
     for backend in chosen:
         other = _run_backend(backend, compiled, workload)
-        click.echo(_summary(compiled, other))
+        click.echo(_summary(compiled, other, workload.config.max_active))
         if backend == "gpu-fast":  # schedule-dependent traces: compare the committed result
             divergence = compare_results(compiled.program, reference, other, committed_output_fields(compiled.program))
         else:
@@ -434,7 +631,9 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
         else:
             failed = True
             click.echo(divergence.render())
-    sys.exit(1 if failed else 0)
+    if failed:
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(reference) else EXIT_OK)
 
 
 @main.command(name="run", epilog="""\b
@@ -446,7 +645,7 @@ Examples:
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
-@click.option("--timeout", type=float, default=120.0, show_default=True,
+@click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
 @_kv_options
 @_friendly
@@ -455,18 +654,21 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
 
     --kv-report and --kv-plot need deterministic mode: in fast mode a trace
     record carries its request's own iteration, not a round of the whole batch.
+    Exit codes: 0 every request finished without error, 2 usage, 3 hang, 4 a request
+    failed (docs/workloads.md, "Exit codes").
     """
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
-    _check_plot_path(kv_plot)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    _check_kv_options(compiled, module, workload, kv_report, kv_plot)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]
-    click.echo(_summary(compiled, result))
+    click.echo(_summary(compiled, result, workload.config.max_active))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
                f"{timing.barriers} grid barriers")
     _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
 
 
 @main.command(epilog="""\b
@@ -484,8 +686,19 @@ Examples:
 def demo(workload_name, out_dir, use_gpu):
     """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
     from .demo import run_demo
+    from .workload import WorkloadError
 
-    sys.exit(0 if run_demo(out_dir, workload_name, use_gpu) else 1)
+    if use_gpu:
+        from .runtime import gpu
+
+        if not gpu.available():
+            raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]'); --no-gpu runs "
+                                   "the simulator and the CPU build only")
+    try:
+        agreed = run_demo(out_dir, workload_name, use_gpu)
+    except WorkloadError as exc:
+        raise click.UsageError(f"workload {exc}") from None
+    sys.exit(EXIT_OK if agreed else EXIT_MISMATCH)
 
 
 @main.command(epilog="""\b
@@ -496,25 +709,40 @@ Examples:
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
-@click.option("--repeats", type=int, default=5, show_default=True, help="Timed runs per variant (after a warm-up).")
+@click.option("--repeats", type=AsciiInt(1, 10_000), default=5, show_default=True,
+              help="Timed runs per variant (after a warm-up), 1..10000.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
 @_friendly
 def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path):
-    """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU)."""
+    """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
+
+    The report includes the batch's slot utilisation (busy request-rounds over
+    max_active x rounds) and the requests that failed. Exit codes: 0 all variants
+    agree and every request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a
+    request failed (docs/workloads.md, "Exit codes").
+    """
     from .bench import run_bench, save
     from .runtime import gpu
 
+    _check_output_path(json_path, "--json")
+    _check_output_path(md_path, "--markdown")
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if not gpu.available():
         raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
-    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
-    report = run_bench(compiled, workload, repeats=repeats)
+    try:
+        report = run_bench(compiled, workload, repeats=repeats)
+    except gpu.HangError as exc:
+        click.echo(exc.report, err=True)
+        sys.exit(EXIT_HANG)
     click.echo(report.table())
     if json_path:
         save(report, json_path)
     if md_path:
         md_path.write_text(report.markdown() + "\n")
-    sys.exit(0 if all(v.identical for v in report.variants) else 1)
+    if not all(v.identical for v in report.variants):
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)
 
 
 @main.command(epilog="""\b
@@ -532,10 +760,13 @@ def graph(file, out_path):
     import subprocess
 
     from .checker import load_program
-    from .graph import to_dot
+    from .graph import no_state_machine_note, to_dot
 
     program, _ = load_program(file)
     dot = to_dot(program)
+    note = no_state_machine_note(program)
+    if note is not None:
+        click.echo(note, err=True)
     if out_path is None:
         click.echo(dot, nl=False)
         return

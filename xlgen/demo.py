@@ -7,7 +7,6 @@ and writes a plot of block-size trajectories.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -20,16 +19,16 @@ PROFILE_COLORS = {"CONSTANT": "#1f77b4", "STRUCTURED": "#d62728", "BURSTY": "#2c
 def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None) -> bool:
     from .build import load
     from .diff import compare
-    from .metrics import format_summary, speculation_summary
+    from .metrics import format_summary, run_counts, slot_utilisation, speculation_summary
     from .resources import data_dir
     from .runtime import cpu, sim
     from .workload import load as load_workload, resolve
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     source = data_dir("stages") / "xl_spec.xl"
     compiled = load(source)
     module = compiled.sim_module()
     workload = load_workload(resolve(workload_name), module)
+    out_dir.mkdir(parents=True, exist_ok=True)  # after the workload: a bad one leaves nothing behind
     n = len(workload.inputs)
     click.echo(f"pipeline {compiled.name} from {source}: generated code in {compiled.dir}")
     click.echo(f"workload {workload.name}: {n} requests, batch capacity {workload.config.max_active}")
@@ -42,7 +41,9 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     steps = n + len(backends) + 1
     agreed = True
     results = {}
-    with click.progressbar(length=steps, label="working", file=sys.stderr, show_eta=False) as bar:
+    from .cli import progress_bar
+
+    with progress_bar(steps, "working", show_eta=False) as bar:
         last = [0]
 
         def progress(done, _total):
@@ -70,7 +71,10 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     click.echo("")
     click.echo(format_summary(speculation_summary(compiled.program, reference)))
     click.echo("")
-    click.echo(f"simulator: {reference.rounds} rounds, {len(reference.records)} trace records in {sim_s:.2f} s")
+    c = run_counts(reference)
+    click.echo(f"simulator: {reference.rounds} rounds, {c.done} of {c.requests} requests done, {c.failed} failed; "
+               f"records: {c.trace_records} trace, {c.done_records} done, {c.error_records} error; "
+               f"{slot_utilisation(reference, workload.config.max_active)} ({sim_s:.2f} s)")
     for backend, result in results.items():
         divergence = compare(compiled.program, reference, result)
         status = "identical to the simulator" if divergence is None else "DIFFERS from the simulator"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
-from .runtime.ops import ERROR_NAMES, bits_f32
+from .runtime.ops import ERR_WATCHDOG, ERROR_NAMES, bits_f32
 from .runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
 
 
@@ -57,6 +57,9 @@ def describe_record(program: ir.Program, rec: np.ndarray) -> str:
         return f"request {req} done in round {rnd}"
     if kind == KIND_ERROR:
         code, line = int(rec[REC_HEADER]), int(rec[REC_HEADER + 1])
+        if code == ERR_WATCHDOG:  # not an error of any stage: the run's round limit
+            return (f"request {req} stopped by the max_iterations watchdog: unfinished after {rnd} rounds "
+                    "(launch max_rounds)")
         where = "'done when'" if stage == NO_STAGE else f"stage {program.stages[stage].name}"
         return f"request {req} round {rnd}: runtime error in {where}: {ERROR_NAMES.get(code, code)} (line {line})"
     fields = _trace_fields(program, kind)

@@ -57,12 +57,22 @@ def state_field(program: ir.Program) -> ir.FieldDecl | None:
     return program.field(counts.most_common(1)[0][0])
 
 
+def no_state_machine_note(program: ir.Program) -> str | None:
+    """What the graph shows instead, when the pipeline has no state enum (one line), else None."""
+    if state_field(program) is not None:
+        return None
+    return (f"note: pipeline {program.name} has no enum request field that a stage's guard compares "
+            "(as in `stage s when state == A`), so there is no state machine to draw; the graph shows its "
+            f"{len(program.stages)} stage(s) in execution order")
+
+
 def to_dot(program: ir.Program) -> str:
     field = state_field(program)
     lines = [f'digraph "{program.name}" {{', "    rankdir=LR;", '    node [shape=box, style=rounded, fontname="Helvetica"];',
              '    edge [fontname="Helvetica", fontsize=10];']
     if field is None:  # no state enum: show the stages in execution order
         names = [s.name for s in program.stages]
+        lines += [f'    "{name}";' for name in names]  # one stage (no edge) is still drawn
         for a, b in zip(names, names[1:]):
             lines.append(f'    "{a}" -> "{b}";')
         return "\n".join(lines + ["}"]) + "\n"

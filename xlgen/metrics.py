@@ -119,3 +119,85 @@ def block_size_trajectories(program: ir.Program, result: RunResult, req_ids) -> 
         limit = max(int(result.requests["token_limit"][i]), 1)
         out[i] = (done / limit, b)
     return out
+
+
+# ---- what a run's records say about the run as a whole --------------------------------
+
+@dataclass
+class RunCounts:
+    """One count per kind of record and of outcome (a record is a trace, done or error record)."""
+    requests: int
+    trace_records: int
+    done_records: int
+    error_records: int
+    runtime_errors: int  # requests stopped by a runtime error (in a stage or in `done when`)
+    watchdog: int  # requests stopped by the max_iterations watchdog (max_rounds)
+
+    @property
+    def done(self) -> int:
+        return self.done_records
+
+    @property
+    def failed(self) -> int:
+        return self.runtime_errors + self.watchdog
+
+    @property
+    def unfinished(self) -> int:
+        """Requests with neither a done nor an error record (a backend that stopped early)."""
+        return self.requests - self.done - self.failed
+
+
+def run_counts(result: RunResult) -> RunCounts:
+    from .runtime.ops import ERR_WATCHDOG
+    from .runtime.sim import KIND_DONE, KIND_ERROR
+
+    table = result.record_table
+    errors = table[table["kind"] == KIND_ERROR]
+    watchdog = int((errors["words"][:, 0] == ERR_WATCHDOG).sum()) if len(errors) else 0
+    done = int((table["kind"] == KIND_DONE).sum())
+    return RunCounts(requests=len(result.requests), trace_records=len(table) - done - len(errors),
+                     done_records=done, error_records=len(errors), runtime_errors=len(errors) - watchdog,
+                     watchdog=watchdog)
+
+
+@dataclass
+class SlotUtilisation:
+    busy: int  # request-rounds: rounds in which a request held a slot of the batch
+    capacity: int  # max_active: slots of the batch
+    rounds: int
+
+    @property
+    def fraction(self) -> float:
+        total = self.capacity * self.rounds
+        return self.busy / total if total else 0.0
+
+    def __str__(self) -> str:
+        return (f"slot utilisation {100 * self.fraction:.1f}% ({self.busy} busy request-rounds of "
+                f"{self.capacity} slots x {self.rounds} rounds)")
+
+
+def slot_utilisation(result: RunResult, max_active: int) -> SlotUtilisation:
+    """Busy request-rounds over capacity x rounds, for the deterministic round model
+    (docs/semantics.md): requests are admitted in id order into free slots at the start
+    of a round, hold their slot through the round in which they finish (done or a runtime
+    error), and a slot freed in round r is taken in round r + 1. The watchdog's error
+    records carry the round after the last one run, in which no request was busy.
+    Reconstructed from the records, so it holds for every deterministic backend."""
+    from .runtime.ops import ERR_WATCHDOG
+    from .runtime.sim import KIND_DONE, KIND_ERROR
+
+    n, rounds = len(result.requests), int(result.rounds)
+    table = result.record_table
+    watchdog = (table["kind"] == KIND_ERROR) & (table["words"][:, 0] == ERR_WATCHDOG)
+    ended = np.isin(table["kind"], [KIND_DONE, KIND_ERROR]) & ~watchdog
+    end = np.full(n, rounds - 1, dtype=np.int64)  # unfinished (watchdog): busy through the last round run
+    end[table["req_id"][ended]] = table["round"][ended]
+    finished = np.zeros(n, dtype=bool)
+    finished[table["req_id"][ended]] = True
+    # Request i is admitted at the start of the first round r with i < max_active + (requests
+    # finished by the end of round r - 1); finishes in a round are counted with np.bincount.
+    freed = np.bincount(end[finished] + 1, minlength=rounds + 1)[: rounds + 1] if rounds else np.zeros(1, np.int64)
+    slots_by_round = max_active + np.cumsum(freed)  # slots ever opened by the start of each round
+    admitted_at = np.searchsorted(slots_by_round, np.arange(n), side="right")
+    busy = np.clip(end - admitted_at + 1, 0, None)
+    return SlotUtilisation(int(busy.sum()), int(max_active), rounds)

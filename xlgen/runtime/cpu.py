@@ -64,6 +64,7 @@ def params_array(module, p) -> np.ndarray:
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None) -> RunResult:
     module = compiled.sim_module()  # the simulator provides the initial state: one source of truth
     config = config or LaunchConfig()
+    config.validate()  # never truncated to int32
     p = params if isinstance(params, module.Params) else make_params(module, params)
     inputs = inputs if inputs is not None else [{}]
     reqs_obj = make_requests(module, p, inputs)

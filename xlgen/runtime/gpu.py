@@ -214,6 +214,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         raise ValueError(f"unknown mode '{mode}' ({', '.join(MODES)})")
     module = compiled.sim_module()
     config = config or LaunchConfig()
+    config.validate()  # never truncated to int32
     p = params if isinstance(params, module.Params) else make_params(module, params)
     inputs = inputs if inputs is not None else [{}]
     n = len(inputs)

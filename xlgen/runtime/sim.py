@@ -24,10 +24,20 @@ NO_STAGE = 0xFFFFFFFF
 _LINE_MARK = re.compile(r"# @xl:(\d+)")
 
 
+LAUNCH_MAX = (1 << 31) - 1  # the CPU build and the GPU kernel hold launch settings as int32
+
+
 @dataclass
 class LaunchConfig:
     max_active: int = 64  # batch capacity: requests resident at once
     max_rounds: int = 100_000  # the max_iterations watchdog
+
+    def validate(self) -> None:
+        """One range for every backend: 1..LAUNCH_MAX, refused rather than truncated to 32 bits."""
+        for name in ("max_active", "max_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= LAUNCH_MAX:
+                raise ValueError(f"launch {name} = {value!r}: give an integer in 1..{LAUNCH_MAX}")
 
 
 @dataclass
@@ -44,6 +54,24 @@ class RunResult:
 
     def errors(self) -> np.ndarray:
         return self.records[self.records[:, 2] == KIND_ERROR]
+
+    @property
+    def record_table(self) -> np.ndarray:
+        """`records` as a structured array (a view, no copy): `req_id`, `round`, `kind` (a trace
+        index, KIND_DONE or KIND_ERROR), `stage` (NO_STAGE for `done when` and the watchdog) and
+        `words` (a trace's values as u32 words; an error's code and .xl line)."""
+        return as_record_table(self.records)
+
+
+def record_dtype(width: int) -> np.dtype:
+    return np.dtype([("req_id", "<u4"), ("round", "<u4"), ("kind", "<u4"), ("stage", "<u4"),
+                     ("words", "<u4", (max(width - REC_HEADER, 0),))])
+
+
+def as_record_table(records: np.ndarray) -> np.ndarray:
+    records = np.ascontiguousarray(records, dtype=np.uint32)
+    width = records.shape[1] if records.ndim == 2 else REC_HEADER
+    return records.reshape(-1, width).view(record_dtype(width)).reshape(-1)
 
 
 def record_width(module) -> int:
@@ -143,6 +171,7 @@ def to_array(objs, layout, dtype: np.dtype) -> np.ndarray:
 def _start(module, params, inputs, config):
     """A run's launch config, params, initial requests and shared state."""
     config = config or LaunchConfig()
+    config.validate()
     p = params if isinstance(params, module.Params) else make_params(module, params)
     reqs = make_requests(module, p, inputs if inputs is not None else [{}])
     return config, p, reqs, module.init_shared(p)
