@@ -513,21 +513,21 @@ XL_HD int xl_kv_manage_word(int k) {
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
 XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_manage& f, const XlColl& xc,
+                                   const Params& p, int32_t req_id, Frame_kv_manage& xl_frame, const XlColl& xc,
                                    int32_t xl_slot) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)f; (void)xc; (void)xl_slot;
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xc; (void)xl_slot;
     switch (xl_seg) {
     case 0: {
-        f.now = xl_add(sh.kv_tick, 1);
-        f.pt = xl_max(p.page_tokens, 1);
-        f.pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
+        [[maybe_unused]] int32_t now = xl_add(sh.kv_tick, 1);
+        [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
+        [[maybe_unused]] int32_t pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
         if (r.kv_prev_tick < 0) {
             r.kv_forced_pressure = ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE);
         }
-        f.pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(f.pool))));
-        r.req_flags = (f.pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
-        f.lost = 0;
+        [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
+        r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
+        [[maybe_unused]] int32_t lost = 0;
         for (int32_t k = 0; k < 256; ++k) {
             if (k >= r.kv_held) {
                 break;
@@ -537,46 +537,40 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             if (err.code) return err;
             if (xl_c1) {
                 r.kv_pages[k] = -1;
-                f.lost = xl_add(f.lost, 1);
+                lost = xl_add(lost, 1);
             }
         }
-        if (f.lost > 0) {
+        if (lost > 0) {
             r.kv_misses = xl_add(r.kv_misses, 1);
-            r.kv_miss_pages = xl_add(r.kv_miss_pages, f.lost);
+            r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
         } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
             r.kv_hits = xl_add(r.kv_hits, 1);
         }
-        f.committed_tok = 0;
-        f.total_tok = 0;
+        [[maybe_unused]] int32_t committed_tok = 0;
+        [[maybe_unused]] int32_t total_tok = 0;
         if (r.state == ReqState::PREFILL_READY) {
-            [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, f.pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+            [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
             if (err.code) return err;
-            f.total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
+            total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
         } else if (r.state != ReqState::DONE) {
-            f.committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
-            f.total_tok = xl_add(xl_add(f.committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
+            committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
+            total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
         }
-        {
-            const int32_t xl_v = fn_pages_for(err, 1, p, f.committed_tok, f.pt);
-            if (err.code) return err;
-            f.cp = xl_v;
-        }
-        {
-            const int32_t xl_v = fn_pages_for(err, 1, p, f.total_tok, f.pt);
-            if (err.code) return err;
-            f.tp = xl_v;
-        }
-        if ((f.tp > MAX_REQ_PAGES) || (f.tp > f.pool)) {
+        [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
+        if (err.code) return err;
+        [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
+        if (err.code) return err;
+        if ((tp > MAX_REQ_PAGES) || (tp > pool)) {
             r.kv_oversize = true;
         }
         if (r.kv_oversize) {
-            f.tp = 0;
-            f.cp = 0;
+            tp = 0;
+            cp = 0;
         }
-        r.kv_want = f.tp;
-        f.graft_wait = false;
+        r.kv_want = tp;
+        [[maybe_unused]] bool graft_wait = false;
         if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
-            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 126, xl_min(r.shared_prefix_len, r.prompt_len), f.pt), xl_sub(f.tp, 1));
+            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 126, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (err.code) return err;
             if (g > 0) {
                 for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
@@ -592,7 +586,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                                 r.kv_pages[xl_i] = xl_v;
                             }
                         } else {
-                            f.graft_wait = true;
+                            graft_wait = true;
                         }
                     }
                 }
@@ -601,7 +595,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= g) {
                         break;
                     }
-                    if (((r.kv_pages[k] < 0) || f.graft_wait) || (run < k)) {
+                    if (((r.kv_pages[k] < 0) || graft_wait) || (run < k)) {
                         r.kv_pages[k] = -1;
                     } else {
                         run = xl_add(run, 1);
@@ -623,13 +617,13 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_held = run;
             }
         }
-        f.missing_committed = 0;
+        [[maybe_unused]] int32_t missing_committed = 0;
         for (int32_t k = 0; k < 256; ++k) {
-            if (k >= f.cp) {
+            if (k >= cp) {
                 break;
             }
             if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                f.missing_committed = xl_add(f.missing_committed, 1);
+                missing_committed = xl_add(missing_committed, 1);
             } else {
                 const bool xl_c2 = (k >= r.kv_borrowed) && (sh.page_kind[xl_idx(err, 1, 167, r.kv_pages[k], 16384)] == PageKind::DRAFT);
                 if (err.code) return err;
@@ -653,68 +647,226 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
             }
         }
-        f.need = 0;
+        [[maybe_unused]] int32_t need = 0;
         for (int32_t k = 0; k < 256; ++k) {
-            if ((k >= f.tp) || f.graft_wait) {
+            if ((k >= tp) || graft_wait) {
                 break;
             }
             if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                f.need = xl_add(f.need, 1);
+                need = xl_add(need, 1);
             }
         }
-        f.supply = xl_sub(xl_add(sh.kv_free_top, f.pool), sh.kv_fresh);
+        [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool), sh.kv_fresh);
         {
-            const int32_t xl_v = f.need;
+            const int32_t xl_v = need;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
         break;
     }
     case 1: {
-        f.before = xl_from_bits<int32_t>(xl_in);
-        f.ok = ((!f.graft_wait) && ((f.need == 0) || (xl_add(f.before, f.need) <= f.supply)));
-        r.kv_evict_want = (((((!f.ok) && (f.need > 0)) && (f.before <= f.supply)) && (r.state != ReqState::PREFILL_READY)) ? f.need : 0);
-        r.kv_evict_recomputes = (f.missing_committed > 0);
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] bool ok = ((!graft_wait) && ((need == 0) || (xl_add(before, need) <= supply)));
+        r.kv_evict_want = (((((!ok) && (need > 0)) && (before <= supply)) && (r.state != ReqState::PREFILL_READY)) ? need : 0);
+        r.kv_evict_recomputes = (missing_committed > 0);
         {
-            const int32_t xl_v = (f.ok ? f.need : 0);
+            const int32_t xl_v = (ok ? need : 0);
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
         break;
     }
     case 2: {
-        f.taken = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_from_bits<int32_t>(xl_in);
         {
-            const bool xl_v = f.ok;
+            const bool xl_v = ok;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
+        xl_frame.taken = taken;
         break;
     }
     case 3: {
-        f.served = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_frame.taken;
+        [[maybe_unused]] int32_t served = xl_from_bits<int32_t>(xl_in);
         {
-            const int32_t xl_v = (((!f.ok) && (r.kv_held > 0)) ? req_id : 2147483647);
+            const int32_t xl_v = (((!ok) && (r.kv_held > 0)) ? req_id : 2147483647);
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
+        xl_frame.taken = taken;
+        xl_frame.served = served;
         break;
     }
     case 4: {
-        f.stalled_holder = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_frame.taken;
+        [[maybe_unused]] int32_t served = xl_frame.served;
+        [[maybe_unused]] int32_t stalled_holder = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = req_id;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
+        xl_frame.taken = taken;
+        xl_frame.served = served;
+        xl_frame.stalled_holder = stalled_holder;
         break;
     }
     case 5: {
-        f.first = xl_from_bits<int32_t>(xl_in);
-        if (f.ok) {
-            [[maybe_unused]] int32_t t = f.before;
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_frame.taken;
+        [[maybe_unused]] int32_t served = xl_frame.served;
+        [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
+        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
+        if (ok) {
+            [[maybe_unused]] int32_t t = before;
             for (int32_t k = 0; k < 256; ++k) {
-                if (k >= f.tp) {
+                if (k >= tp) {
                     break;
                 }
                 if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
@@ -746,7 +898,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = ((k < f.cp) ? PageKind::COMMITTED : PageKind::DRAFT);
+                        const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
                         const int32_t xl_i = xl_idx(err, 1, 208, pg, 16384);
                         if (err.code) return err;
                         xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
@@ -763,7 +915,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (err.code) return err;
                         xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
                     }
-                    if (k < f.cp) {
+                    if (k < cp) {
                         {
                             const int32_t xl_v = 1;
                             if (err.code) return err;
@@ -780,12 +932,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
             }
         }
-        f.keep = f.tp;
-        if (!f.ok) {
-            f.keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(f.cp, r.kv_borrowed));
+        [[maybe_unused]] int32_t keep = tp;
+        if (!ok) {
+            keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
             r.kv_waits = xl_add(r.kv_waits, 1);
-            if (((f.served == 0) && (sh.kv_last_progress < xl_sub(f.now, 1))) && (f.stalled_holder == req_id)) {
-                f.keep = 0;
+            if (((served == 0) && (sh.kv_last_progress < xl_sub(now, 1))) && (stalled_holder == req_id)) {
+                keep = 0;
                 {
                     const int32_t xl_v = 1;
                     if (err.code) return err;
@@ -794,47 +946,133 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_misses = xl_add(r.kv_misses, 1);
             }
         }
-        f.freed = 0;
+        [[maybe_unused]] int32_t freed = 0;
         for (int32_t k = 0; k < 256; ++k) {
             if (k >= r.kv_held) {
                 break;
             }
             [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            const bool xl_c3 = ((((k >= f.keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= f.cp)) && (sh.page_kind[xl_idx(err, 1, 243, pg, 16384)] != PageKind::COMMITTED);
+            const bool xl_c3 = ((((k >= keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 243, pg, 16384)] != PageKind::COMMITTED);
             if (err.code) return err;
             if (xl_c3) {
-                f.freed = xl_add(f.freed, 1);
+                freed = xl_add(freed, 1);
             }
         }
         {
-            const int32_t xl_v = f.freed;
+            const int32_t xl_v = freed;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
+        xl_frame.taken = taken;
+        xl_frame.served = served;
+        xl_frame.stalled_holder = stalled_holder;
+        xl_frame.first = first;
+        xl_frame.keep = keep;
+        xl_frame.freed = freed;
         break;
     }
     case 6: {
-        f.push_at = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_frame.taken;
+        [[maybe_unused]] int32_t served = xl_frame.served;
+        [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
+        [[maybe_unused]] int32_t first = xl_frame.first;
+        [[maybe_unused]] int32_t keep = xl_frame.keep;
+        [[maybe_unused]] int32_t freed = xl_frame.freed;
+        [[maybe_unused]] int32_t push_at = xl_from_bits<int32_t>(xl_in);
         {
-            const int32_t xl_v = f.freed;
+            const int32_t xl_v = freed;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.now = now;
+        xl_frame.pt = pt;
+        xl_frame.pool = pool;
+        xl_frame.pressured = pressured;
+        xl_frame.lost = lost;
+        xl_frame.committed_tok = committed_tok;
+        xl_frame.total_tok = total_tok;
+        xl_frame.cp = cp;
+        xl_frame.tp = tp;
+        xl_frame.graft_wait = graft_wait;
+        xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.supply = supply;
+        xl_frame.before = before;
+        xl_frame.ok = ok;
+        xl_frame.taken = taken;
+        xl_frame.served = served;
+        xl_frame.stalled_holder = stalled_holder;
+        xl_frame.first = first;
+        xl_frame.keep = keep;
+        xl_frame.freed = freed;
+        xl_frame.push_at = push_at;
         break;
     }
     case 7: {
-        f.pushed = xl_from_bits<int32_t>(xl_in);
-        f.popped = xl_min(f.taken, sh.kv_free_top);
-        f.slot = xl_add(xl_sub(sh.kv_free_top, f.popped), f.push_at);
-        f.released_committed = 0;
+        [[maybe_unused]] int32_t now = xl_frame.now;
+        [[maybe_unused]] int32_t pt = xl_frame.pt;
+        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] bool pressured = xl_frame.pressured;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
+        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
+        [[maybe_unused]] int32_t cp = xl_frame.cp;
+        [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t supply = xl_frame.supply;
+        [[maybe_unused]] int32_t before = xl_frame.before;
+        [[maybe_unused]] bool ok = xl_frame.ok;
+        [[maybe_unused]] int32_t taken = xl_frame.taken;
+        [[maybe_unused]] int32_t served = xl_frame.served;
+        [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
+        [[maybe_unused]] int32_t first = xl_frame.first;
+        [[maybe_unused]] int32_t keep = xl_frame.keep;
+        [[maybe_unused]] int32_t freed = xl_frame.freed;
+        [[maybe_unused]] int32_t push_at = xl_frame.push_at;
+        [[maybe_unused]] int32_t pushed = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t popped = xl_min(taken, sh.kv_free_top);
+        [[maybe_unused]] int32_t slot = xl_add(xl_sub(sh.kv_free_top, popped), push_at);
+        [[maybe_unused]] int32_t released_committed = 0;
         for (int32_t k = 0; k < 256; ++k) {
             if (k >= r.kv_held) {
                 break;
             }
             [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            if ((k >= f.keep) && (pg >= 0)) {
+            if ((k >= keep) && (pg >= 0)) {
                 if (k >= r.kv_borrowed) {
-                    r.kv_miss_pages = xl_add(r.kv_miss_pages, (((f.keep == 0) && (k < f.cp)) ? 1 : 0));
+                    r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
@@ -842,7 +1080,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (err.code) return err;
                     xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= f.cp)) && (sh.page_kind[xl_idx(err, 1, 263, pg, 16384)] != PageKind::COMMITTED);
+                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 263, pg, 16384)] != PageKind::COMMITTED);
                 if (err.code) return err;
                 if (xl_c4) {
                     {
@@ -881,18 +1119,18 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 271, f.slot, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 271, slot, 16384);
                         if (err.code) return err;
                         xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
-                    f.slot = xl_add(f.slot, 1);
+                    slot = xl_add(slot, 1);
                     {
                         const int32_t xl_v = xl_neg(1);
                         if (err.code) return err;
                         xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
                     }
                 } else {
-                    f.released_committed = xl_add(f.released_committed, 1);
+                    released_committed = xl_add(released_committed, 1);
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
@@ -906,49 +1144,49 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             }
         }
         {
-            const int32_t xl_v = f.released_committed;
+            const int32_t xl_v = released_committed;
             if (err.code) return err;
             xl_add(xc, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
         }
-        r.kv_held = xl_min(r.kv_held, f.keep);
-        r.kv_borrowed = xl_min(r.kv_borrowed, f.keep);
-        if (f.first == req_id) {
+        r.kv_held = xl_min(r.kv_held, keep);
+        r.kv_borrowed = xl_min(r.kv_borrowed, keep);
+        if (first == req_id) {
             {
-                const int32_t xl_v = f.now;
+                const int32_t xl_v = now;
                 if (err.code) return err;
                 xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_tick), xl_word_bits(xl_v));
             }
             {
-                const int32_t xl_v = xl_add(xl_sub(sh.kv_free_top, f.popped), f.pushed);
+                const int32_t xl_v = xl_add(xl_sub(sh.kv_free_top, popped), pushed);
                 if (err.code) return err;
                 xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
-                const int32_t xl_v = xl_sub(xl_add(sh.kv_fresh, f.taken), f.popped);
+                const int32_t xl_v = xl_sub(xl_add(sh.kv_fresh, taken), popped);
                 if (err.code) return err;
                 xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c5 = (f.served > 0) || fn_kv_yields_any(err, 1, p, f.served, sh.kv_last_progress, f.now, f.stalled_holder);
+            const bool xl_c5 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (err.code) return err;
             if (xl_c5) {
                 {
-                    const int32_t xl_v = f.now;
+                    const int32_t xl_v = now;
                     if (err.code) return err;
                     xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
                 }
             }
         }
-        f.own_committed = 0;
-        f.own_draft = 0;
+        [[maybe_unused]] int32_t own_committed = 0;
+        [[maybe_unused]] int32_t own_draft = 0;
         for (int32_t k = 0; k < 256; ++k) {
             if (k >= r.kv_held) {
                 break;
             }
             [[maybe_unused]] int32_t pg = r.kv_pages[k];
             if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                if (f.ok) {
+                if (ok) {
                     {
-                        const int32_t xl_v = f.now;
+                        const int32_t xl_v = now;
                         const int32_t xl_i = xl_idx(err, 1, 307, pg, 16384);
                         if (err.code) return err;
                         xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
@@ -972,9 +1210,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (err.code) return err;
                     xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
                 }
-                [[maybe_unused]] bool committed = ((k < f.cp) || (sh.page_kind[xl_idx(err, 1, 312, pg, 16384)] == PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 312, pg, 16384)] == PageKind::COMMITTED));
                 if (err.code) return err;
-                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(f.committed_tok, xl_mul(k, f.pt)), 0, f.pt) : 0);
+                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
                 {
                     const int32_t xl_v = xl_sub(in_page, sh.page_used[xl_idx(err, 1, 314, pg, 16384)]);
                     if (err.code) return err;
@@ -987,20 +1225,20 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
                 if (committed) {
-                    f.own_committed = xl_add(f.own_committed, 1);
+                    own_committed = xl_add(own_committed, 1);
                 } else {
-                    f.own_draft = xl_add(f.own_draft, 1);
+                    own_draft = xl_add(own_draft, 1);
                 }
             }
         }
-        r.kv_committed_pages = f.own_committed;
-        r.kv_draft_pages = f.own_draft;
-        r.kv_ready = (f.ok || r.kv_oversize);
-        r.kv_prev_tick = f.now;
+        r.kv_committed_pages = own_committed;
+        r.kv_draft_pages = own_draft;
+        r.kv_ready = (ok || r.kv_oversize);
+        r.kv_prev_tick = now;
         r.kv_snap_live = sh.kv_live;
         r.kv_snap_committed = sh.kv_committed;
         r.kv_snap_draft = sh.kv_draft;
-        r.kv_snap_free = xl_sub(f.pool, sh.kv_live);
+        r.kv_snap_free = xl_sub(pool, sh.kv_live);
         r.kv_snap_used = sh.kv_used_tokens;
         break;
     }
@@ -1050,10 +1288,10 @@ XL_HD int xl_kv_collect_word(int k) {
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
 XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_collect& f, const XlColl& xc,
+                                   const Params& p, int32_t req_id, Frame_kv_collect& xl_frame, const XlColl& xc,
                                    int32_t xl_slot) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)f; (void)xc; (void)xl_slot;
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xc; (void)xl_slot;
     switch (xl_seg) {
     case 0: {
         {
@@ -1064,57 +1302,74 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         break;
     }
     case 1: {
-        f.me = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t me = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = 1;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.me = me;
         break;
     }
     case 2: {
-        f.sweepers = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = xl_div(err, 1, 345, xl_sub(xl_add(sh.kv_fresh, f.sweepers), 1), f.sweepers);
-            if (err.code) return err;
-            f.share = xl_v;
-        }
-        f.dead = 0;
+        [[maybe_unused]] int32_t me = xl_frame.me;
+        [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 345, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        if (err.code) return err;
+        [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
-            if ((q >= f.share) || (xl_add(xl_mul(f.me, f.share), q) >= sh.kv_fresh)) {
+            if ((q >= share) || (xl_add(xl_mul(me, share), q) >= sh.kv_fresh)) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = xl_add(xl_mul(f.me, f.share), q);
+            [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
             const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 352, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 352, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
-                f.dead = xl_add(f.dead, 1);
+                dead = xl_add(dead, 1);
             }
         }
         {
-            const int32_t xl_v = f.dead;
+            const int32_t xl_v = dead;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.me = me;
+        xl_frame.sweepers = sweepers;
+        xl_frame.share = share;
+        xl_frame.dead = dead;
         break;
     }
     case 3: {
-        f.at = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t me = xl_frame.me;
+        [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
+        [[maybe_unused]] int32_t share = xl_frame.share;
+        [[maybe_unused]] int32_t dead = xl_frame.dead;
+        [[maybe_unused]] int32_t at = xl_from_bits<int32_t>(xl_in);
         {
-            const int32_t xl_v = f.dead;
+            const int32_t xl_v = dead;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
+        xl_frame.me = me;
+        xl_frame.sweepers = sweepers;
+        xl_frame.share = share;
+        xl_frame.dead = dead;
+        xl_frame.at = at;
         break;
     }
     case 4: {
-        f.total = xl_from_bits<int32_t>(xl_in);
-        f.slot = xl_add(sh.kv_free_top, f.at);
+        [[maybe_unused]] int32_t me = xl_frame.me;
+        [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
+        [[maybe_unused]] int32_t share = xl_frame.share;
+        [[maybe_unused]] int32_t dead = xl_frame.dead;
+        [[maybe_unused]] int32_t at = xl_frame.at;
+        [[maybe_unused]] int32_t total = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t slot = xl_add(sh.kv_free_top, at);
         for (int32_t q = 0; q < 16384; ++q) {
-            if ((q >= f.share) || (xl_add(xl_mul(f.me, f.share), q) >= sh.kv_fresh)) {
+            if ((q >= share) || (xl_add(xl_mul(me, share), q) >= sh.kv_fresh)) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = xl_add(xl_mul(f.me, f.share), q);
+            [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
             const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 364, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 364, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
@@ -1159,16 +1414,16 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 372, f.slot, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 372, slot, 16384);
                     if (err.code) return err;
                     xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
-                f.slot = xl_add(f.slot, 1);
+                slot = xl_add(slot, 1);
             }
         }
-        if (f.me == 0) {
+        if (me == 0) {
             {
-                const int32_t xl_v = xl_add(sh.kv_free_top, f.total);
+                const int32_t xl_v = xl_add(sh.kv_free_top, total);
                 if (err.code) return err;
                 xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
@@ -1441,13 +1696,18 @@ XL_DEVICE int arbiter_stage_index(int i) {
 }
 
 // Whether any phase-2 stage (arbiter or collective) may run for this request this round.
-// Such a stage writes only its own request and shared state, so a guard that reads no
-// shared state has the same value before phase 2 as at the request's turn in it: the GPU
-// evaluates these in parallel and skips the request's turn (and, in fast mode, the lock)
-// when none holds. A guard that fails says yes: the turn reports it.
+// Such a stage writes only its own request and shared state, so the part of a guard that
+// reads no shared state (its local conjuncts, ir.local_condition) has the same value
+// before phase 2 as at the request's turn in it, unless an earlier phase-2 stage of the
+// request ran: the GPU evaluates these in parallel and skips the request's turns (and, in
+// fast mode, the lock) when none holds. A condition that fails says yes: the turn reports it.
 XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    XlErr err = {0, 0, 0};
     (void)r; (void)sh; (void)p; (void)req_id;
-    return true;  // a guard reads shared state: only the turn can tell
+    if ((p.kv_cache) || err.code) return true;
+    if ((p.kv_cache) || err.code) return true;
+    if (((p.kv_cache && (r.kv_evict_want > 0))) || err.code) return true;
+    return false;
 }
 
 XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {

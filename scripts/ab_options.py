@@ -19,7 +19,7 @@ module = compiled.sim_module()
 
 
 def workload(batch, kv_pool=None):  # the benchmark's target point (docs/benchmarks.md)
-    params = {"fixed_block": 8} | ({"kv_cache": True, "pool_pages": kv_pool} if kv_pool else {})
+    params = {"fixed_block": 8} | ({"kv_cache": True, "pool_pages": kv_pool} if kv_pool else {"kv_cache": False})
     return from_dict({"seed": batch, "launch": {"max_active": batch, "max_rounds": 100000}, "params": params,
                       "generate": {"count": batch, "fields": {
                           "seed": {"counter": 11}, "prompt_len": {"uniform": [32, 128]}, "max_new_tokens": 256,

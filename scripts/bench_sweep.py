@@ -43,10 +43,10 @@ def log(msg):
 
 def workload(batch, gamma=8, acceptance=0.6, policy="fixed", tokens=256, profile="CONSTANT", kv_pool=None,
              eviction_policy=0):
-    """kv_pool: None leaves the paged KV cache off; else it is on with a pool of that many pages."""
+    """kv_pool: None turns the paged KV cache off; else it is on with a pool of that many pages."""
     fields = {"seed": {"counter": 11}, "prompt_len": {"uniform": [32, 128]}, "max_new_tokens": tokens,
               "profile": profile, "base_acceptance": acceptance, "priority": {"uniform": [0, 3]}}
-    params = {"fixed_block": gamma if policy == "fixed" else 0, "vocab": 32000}
+    params = {"fixed_block": gamma if policy == "fixed" else 0, "vocab": 32000, "kv_cache": False}
     kv = ""
     if kv_pool is not None:
         params |= {"kv_cache": True, "pool_pages": kv_pool, "eviction_policy": eviction_policy}

@@ -13,7 +13,7 @@ compiled = load("stages/xl_spec.xl")
 w = load_workload("workloads/small.json", compiled.sim_module())
 failed = False
 # The KV cache off, then on with a pool small enough to wait and evict.
-for params in (dict(w.params), {**w.params, "kv_cache": True, "pool_pages": 12}):
+for params in ({**w.params, "kv_cache": False}, {**w.params, "kv_cache": True, "pool_pages": 12}):
     ref = sim.run(compiled.sim_module(), params, w.inputs, w.config)
     for mode in ("deterministic", "fast"):
         got = gpu.run(compiled, params, w.inputs, w.config, mode=mode, timeout=60)

@@ -29,8 +29,6 @@ class CppEmitter:
         self.conds = 0  # names the temporaries of conditions that may fail
         self.warp_stores = False  # True while emitting a per-request stage
         self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
-        self.frame: set[str] = set()  # its top-level locals declared so far: they live in its frame `f`
-        self.frame_lets: set[int] = set()  # id() of its top-level `let`s
 
     # ---- expressions -------------------------------------------------------------
 
@@ -51,8 +49,6 @@ class CppEmitter:
         return cpp_ops.literal(e.value, e.type)
 
     def expr_Var(self, e: ir.Var) -> str:
-        if e.kind == ir.LOCAL and e.name in self.frame:
-            return f"f.{names.cpp(e.name)}"
         return {
             ir.LOCAL: names.cpp(e.name),
             ir.FIELD: f"r.{names.cpp(e.name)}",
@@ -117,12 +113,6 @@ class CppEmitter:
     def stmt_Let(self, s: ir.Let, depth):
         pad = IND * depth
         value = self.statement_expr(s.value, s.loc.line)
-        if id(s) in self.frame_lets:  # a collective stage's top-level local: kept across its collectives
-            self.frame.add(s.name)
-            if not may_raise(s.value):
-                return [f"{pad}f.{names.cpp(s.name)} = {value};"]
-            return [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(s.type)} xl_v = {value};",
-                    f"{pad}{IND}if (err.code) {self.bail}", f"{pad}{IND}f.{names.cpp(s.name)} = xl_v;", f"{pad}}}"]
         # [[maybe_unused]]: a local that is never read is valid xl (a warning there), and must not
         # fail the -Werror CPU build with -Wunused-variable / -Wunused-but-set-variable
         decl = f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
@@ -174,8 +164,9 @@ class CppEmitter:
 
     def collective_stage(self, s: ir.Stage) -> dict:
         """A collective stage's body cut at its collectives: segment k runs after collective
-        k - 1 (whose result it first stores into the frame) and ends with collective k's
-        contribution in `xl_out`. Top-level locals live in the frame `f` across segments."""
+        k - 1 and ends with collective k's contribution in `xl_out`. Within a segment the
+        top-level locals are plain locals (registers); between segments they wait in the
+        frame `xl_frame`: loaded at a segment's start, stored at its end."""
         segments: list[list] = [[]]
         collectives = []
         for st in s.body:
@@ -185,26 +176,29 @@ class CppEmitter:
             else:
                 segments[-1].append(st)
         self.in_collective = True
-        self.frame = set()
-        self.frame_lets = {id(st) for st in s.body if isinstance(st, ir.Let)}
         frame = [(st.name, st.type) for st in s.body if isinstance(st, (ir.Let, ir.Collective))]
+        carried: list[tuple[str, ir.Type]] = []  # top-level locals declared in earlier segments
         cases = []
         for k, stmts in enumerate(segments):
-            lines = []
+            pad = IND * 2
+            lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(t)} {names.cpp(n)} = xl_frame.{names.cpp(n)};"
+                     for n, t in carried]
             if k > 0:
                 c = collectives[k - 1]
-                self.frame.add(c.name)
-                lines.append(f"{IND * 2}f.{names.cpp(c.name)} = xl_from_bits<{cpp_ops.value_type(c.type)}>(xl_in);")
+                lines.append(f"{pad}[[maybe_unused]] {cpp_ops.value_type(c.type)} {names.cpp(c.name)} = "
+                             f"xl_from_bits<{cpp_ops.value_type(c.type)}>(xl_in);")
+                carried.append((c.name, c.type))
             lines += self.block(stmts, 2)
+            carried += [(st.name, st.type) for st in stmts if isinstance(st, ir.Let)]
             if k < len(collectives):
                 c = collectives[k]
                 value = self.statement_expr(c.value, c.loc.line)
-                lines += [f"{IND * 2}{{", f"{IND * 3}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
-                          f"{IND * 3}if (err.code) {self.bail}", f"{IND * 3}xl_out = xl_word_bits(xl_v);",
-                          f"{IND * 2}}}"]
+                lines += [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
+                          f"{pad}{IND}if (err.code) {self.bail}", f"{pad}{IND}xl_out = xl_word_bits(xl_v);",
+                          f"{pad}}}"]
+                lines += [f"{pad}xl_frame.{names.cpp(n)} = {names.cpp(n)};" for n, _ in carried]
             cases.append(lines)
         self.in_collective = False
-        self.frame, self.frame_lets = set(), set()
         word_kind = {"i": "XL_WORD_I", "u": "XL_WORD_U", "f": "XL_WORD_F"}
         return {
             "cases": cases,
@@ -351,14 +345,23 @@ class CppEmitter:
             "shared_words": sum(s.count for s in slots(p.shared_fields)),
             "functions": [self.function(f) for f in p.functions],
             "stages": [self.stage(s, traced.get(s.name)) for s in p.stages],
-            # arbiter_may_run can decide early only when no phase-2 guard reads shared state
-            "arbiter_guards_local": all(s.guard is None or not ir.may_read_shared(s.guard)
-                                        for s in p.phase2_stages),
+            "phase2_conditions": self.phase2_conditions(),
             "frame_words": collective_frame_words(p),
             "done": done,
             "done_reads_shared": ir.may_read_shared(p.done),
             "record_words": 4 + max(widths),
         }
+
+    def phase2_conditions(self) -> list[str | None]:
+        """For arbiter_may_run: each phase-2 guard's local part (ir.local_condition) in C++,
+        up to the first guard without one (None: that stage may always run)."""
+        out = []
+        for s in self.program.phase2_stages:
+            cond = ir.local_condition(s.guard)
+            out.append(None if cond is None else self.statement_expr(cond, cond.loc.line))
+            if cond is None:
+                break
+        return out
 
     def struct_fields(self, fields) -> list[dict]:
         out = []

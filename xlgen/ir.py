@@ -176,6 +176,22 @@ def may_read_shared(e: Expr) -> bool:
     return any(may_read_shared(getattr(e, name)) for name in children) or any(may_read_shared(a) for a in args)
 
 
+def local_condition(guard: Expr | None) -> Expr | None:
+    """A necessary condition of `guard` that reads no shared state, or None when there is
+    none (no guard, or every part reads shared state): the local conjuncts of an `&&` chain.
+    The GPU evaluates it before phase 2 to skip requests whose phase-2 guards cannot hold."""
+    if guard is None:
+        return None
+    if not may_read_shared(guard):
+        return guard
+    if isinstance(guard, Binary) and guard.op == "&&":
+        left, right = local_condition(guard.left), local_condition(guard.right)
+        if left is None or right is None:
+            return left if right is None else right
+        return Binary("&&", left, right, BOOL, guard.loc)
+    return None
+
+
 # ---- statements -------------------------------------------------------------------
 
 

@@ -1,0 +1,53 @@
+"""Per-round cost of the deterministic mega-kernel with the KV cache off and on (GPU).
+
+    python3 scripts/profile_kv_rounds.py        # on a GPU machine, after scripts/device_setup.sh
+
+B = 32 requests, 256 new tokens, prompts of 32-128 tokens. For each point: kernel time
+(median of 3 after a warm-up), rounds, and the median / p90 / max round from the
+kernel's own %globaltimer stamps, so a slow round shows up as such.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from xlgen.build import load
+from xlgen.runtime import gpu
+from xlgen.workload import from_dict
+
+compiled = load("stages/xl_spec.xl")
+module = compiled.sim_module()
+
+
+def workload(kv_pool=None, policy="asbs", acceptance=0.9, eviction_policy=0):
+    params = {"fixed_block": 8 if policy == "fixed" else 0, "kv_cache": kv_pool is not None}
+    if kv_pool is not None:
+        params |= {"pool_pages": kv_pool, "eviction_policy": eviction_policy}
+    return from_dict({"seed": 32, "launch": {"max_active": 32, "max_rounds": 100000}, "params": params,
+                      "generate": {"count": 32, "fields": {
+                          "seed": {"counter": 11}, "prompt_len": {"uniform": [32, 128]}, "max_new_tokens": 256,
+                          "profile": "CONSTANT", "base_acceptance": acceptance,
+                          "priority": {"uniform": [0, 3]}}}}, module)
+
+
+POINTS = {
+    "target (fixed 8, acc 0.6), KV off": workload(policy="fixed", acceptance=0.6),
+    "target (fixed 8, acc 0.6), KV 256 pages": workload(256, policy="fixed", acceptance=0.6),
+    "ASBS acc 0.9, KV off": workload(),
+    "ASBS acc 0.9, KV ample": workload(16384),
+    "ASBS acc 0.9, KV 256 pages LRU": workload(256),
+    "ASBS acc 0.9, KV 256 pages priority": workload(256, eviction_policy=1),
+}
+
+print(f"{'point':42} {'kernel ms':>9} {'rounds':>6} {'us/round':>8} {'median':>7} {'p90':>7} {'max':>7}")
+for label, w in POINTS.items():
+    times = []
+    for _ in range(4):
+        r = gpu.run(compiled, w.params, w.inputs, w.config, mode="deterministic")
+        times.append(r.extra["timing"].kernel_ms)
+    stamps = np.diff(r.extra["round_end_ns"]) / 1e3
+    ms = statistics.median(times[1:])
+    print(f"{label:42} {ms:9.3f} {r.rounds:6d} {ms * 1e3 / max(r.rounds, 1):8.1f} {np.median(stamps):7.1f} "
+          f"{np.percentile(stamps, 90):7.1f} {stamps.max():7.1f}", flush=True)
