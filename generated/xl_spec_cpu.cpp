@@ -39,7 +39,7 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
     XlSink sink = {records, capacity, count};
     std::vector<int32_t> active;  // kept sorted by request id: admission appends in id order
     const int32_t slots = launch->max_active < launch->n_requests ? launch->max_active : launch->n_requests;
-    std::vector<uint32_t> coll_mem(xl_coll_words(slots > 0 ? slots : 1), 0u);
+    std::vector<uint32_t> coll_mem(xl_coll_words(slots > 0 ? slots : 1, 0u), 0u);  // (the CPU needs no overflow)
     const XlColl xc = xl_coll_carve(coll_mem.data(), XL_SHARED_WORDS, slots > 0 ? slots : 1);
     (void)xc;
     int32_t queue_head = 0;

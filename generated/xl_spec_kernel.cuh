@@ -169,7 +169,7 @@ static_assert(sizeof(Shared) == 180236 * 4, "Shared layout must match xlgen/layo
 constexpr int32_t XL_SHARED_WORDS = 180236;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 28;
+constexpr int XL_FRAME_WORDS = 32;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -298,7 +298,7 @@ XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p
     return (use_a < use_b);
 }
 
-// stages/kv.xl:336
+// stages/kv.xl:366
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -480,6 +480,10 @@ struct Frame_kv_manage {
     int32_t tp;
     bool graft_wait;
     int32_t missing_committed;
+    int32_t d_live;
+    int32_t d_draft;
+    int32_t d_committed;
+    int32_t d_used;
     int32_t need;
     int32_t supply;
     int32_t before;
@@ -513,10 +517,9 @@ XL_HD int xl_kv_manage_word(int k) {
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
 XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_manage& xl_frame, const XlColl& xc,
-                                   int32_t xl_slot) {
+                                   const Params& p, int32_t req_id, Frame_kv_manage& xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xc; (void)xl_slot;
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
     switch (xl_seg) {
     case 0: {
         [[maybe_unused]] int32_t now = xl_add(sh.kv_tick, 1);
@@ -603,7 +606,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                             const int32_t xl_v = 1;
                             const int32_t xl_i = xl_idx(err, 1, 149, r.kv_pages[k], 16384);
                             if (err.code) return err;
-                            xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                            xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 150, r.kv_pages[k], 16384)];
@@ -618,6 +621,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             }
         }
         [[maybe_unused]] int32_t missing_committed = 0;
+        [[maybe_unused]] int32_t d_live = 0;
+        [[maybe_unused]] int32_t d_draft = 0;
+        [[maybe_unused]] int32_t d_committed = 0;
+        [[maybe_unused]] int32_t d_used = 0;
         for (int32_t k = 0; k < 256; ++k) {
             if (k >= cp) {
                 break;
@@ -625,25 +632,17 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
                 missing_committed = xl_add(missing_committed, 1);
             } else {
-                const bool xl_c2 = (k >= r.kv_borrowed) && (sh.page_kind[xl_idx(err, 1, 167, r.kv_pages[k], 16384)] == PageKind::DRAFT);
+                const bool xl_c2 = (k >= r.kv_borrowed) && (sh.page_kind[xl_idx(err, 1, 172, r.kv_pages[k], 16384)] == PageKind::DRAFT);
                 if (err.code) return err;
                 if (xl_c2) {
                     {
                         const int32_t xl_v = PageKind::COMMITTED;
-                        const int32_t xl_i = xl_idx(err, 1, 168, r.kv_pages[k], 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 173, r.kv_pages[k], 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
-                    {
-                        const int32_t xl_v = xl_neg(1);
-                        if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = 1;
-                        if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
-                    }
+                    d_draft = xl_sub(d_draft, 1);
+                    d_committed = xl_add(d_committed, 1);
                 }
             }
         }
@@ -673,6 +672,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         break;
@@ -689,6 +692,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
@@ -711,6 +718,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -729,6 +740,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -750,6 +765,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -769,6 +788,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -791,6 +814,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -811,6 +838,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -834,6 +865,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -855,6 +890,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -870,63 +909,51 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     break;
                 }
                 if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                    [[maybe_unused]] int32_t pg = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 202, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    [[maybe_unused]] int32_t pg = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 207, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (err.code) return err;
                     t = xl_add(t, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 204, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 204, pg, 16384);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 209, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 209, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = req_id;
-                        const int32_t xl_i = xl_idx(err, 1, 205, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 210, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 1;
-                        const int32_t xl_i = xl_idx(err, 1, 206, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 211, pg, 16384);
                         if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = k;
-                        const int32_t xl_i = xl_idx(err, 1, 207, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 212, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                        const int32_t xl_i = xl_idx(err, 1, 208, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 213, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     r.kv_pages[k] = pg;
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 210, pg, 16384)], 1);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 215, pg, 16384)], 1);
                         const int32_t xl_i = k;
                         if (err.code) return err;
                         r.kv_gens[xl_i] = xl_v;
                     }
-                    {
-                        const int32_t xl_v = 1;
-                        if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
-                    }
+                    d_live = xl_add(d_live, 1);
                     if (k < cp) {
-                        {
-                            const int32_t xl_v = 1;
-                            if (err.code) return err;
-                            xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
-                        }
+                        d_committed = xl_add(d_committed, 1);
                     } else {
-                        {
-                            const int32_t xl_v = 1;
-                            if (err.code) return err;
-                            xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
-                        }
+                        d_draft = xl_add(d_draft, 1);
                     }
                     r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
                 }
@@ -941,7 +968,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 {
                     const int32_t xl_v = 1;
                     if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
                 }
                 r.kv_misses = xl_add(r.kv_misses, 1);
             }
@@ -952,7 +979,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 break;
             }
             [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            const bool xl_c3 = ((((k >= keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 243, pg, 16384)] != PageKind::COMMITTED);
+            const bool xl_c3 = ((((k >= keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 248, pg, 16384)] != PageKind::COMMITTED);
             if (err.code) return err;
             if (xl_c3) {
                 freed = xl_add(freed, 1);
@@ -974,6 +1001,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -998,6 +1029,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -1025,6 +1060,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.d_live = d_live;
+        xl_frame.d_draft = d_draft;
+        xl_frame.d_committed = d_committed;
+        xl_frame.d_used = d_used;
         xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
@@ -1050,6 +1089,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
+        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
+        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
+        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
@@ -1076,77 +1119,75 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 262, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 267, pg, 16384);
                     if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 263, pg, 16384)] != PageKind::COMMITTED);
+                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 268, pg, 16384)] != PageKind::COMMITTED);
                 if (err.code) return err;
                 if (xl_c4) {
+                    d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_neg(1);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 271, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 271, pg, 16384);
                         if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 266, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 266, pg, 16384);
-                        if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 267, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 272, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    {
-                        const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 269, pg, 16384)]);
-                        if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 270, pg, 16384);
-                        if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    const bool xl_c5 = sh.page_used[xl_idx(err, 1, 274, pg, 16384)] != 0;
+                    if (err.code) return err;
+                    if (xl_c5) {
+                        {
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 275, pg, 16384)]);
+                            if (err.code) return err;
+                            d_used = xl_v;
+                        }
+                        {
+                            const int32_t xl_v = 0;
+                            const int32_t xl_i = xl_idx(err, 1, 276, pg, 16384);
+                            if (err.code) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                        }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 271, slot, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 278, slot, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     slot = xl_add(slot, 1);
-                    {
-                        const int32_t xl_v = xl_neg(1);
-                        if (err.code) return err;
-                        xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
-                    }
+                    d_live = xl_sub(d_live, 1);
                 } else {
                     released_committed = xl_add(released_committed, 1);
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 278, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 285, pg, 16384);
                             if (err.code) return err;
-                            xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                 }
                 r.kv_pages[k] = -1;
             }
         }
-        {
-            const int32_t xl_v = released_committed;
-            if (err.code) return err;
-            xl_add(xc, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
+        if (released_committed > 0) {
+            {
+                const int32_t xl_v = released_committed;
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
+            }
         }
         r.kv_held = xl_min(r.kv_held, keep);
         r.kv_borrowed = xl_min(r.kv_borrowed, keep);
@@ -1154,25 +1195,25 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             {
                 const int32_t xl_v = now;
                 if (err.code) return err;
-                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_tick), xl_word_bits(xl_v));
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_tick), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_add(xl_sub(sh.kv_free_top, popped), pushed);
                 if (err.code) return err;
-                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_sub(xl_add(sh.kv_fresh, taken), popped);
                 if (err.code) return err;
-                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c5 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
+            const bool xl_c6 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (err.code) return err;
-            if (xl_c5) {
+            if (xl_c6) {
                 {
                     const int32_t xl_v = now;
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
                 }
             }
         }
@@ -1187,42 +1228,58 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (ok) {
                     {
                         const int32_t xl_v = now;
-                        const int32_t xl_i = xl_idx(err, 1, 307, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 316, pg, 16384);
                         if (err.code) return err;
-                        xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                {
-                    const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                    const int32_t xl_i = xl_idx(err, 1, 309, pg, 16384);
-                    if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
+                const bool xl_c7 = (bool)sh.page_pinned[xl_idx(err, 1, 319, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                if (err.code) return err;
+                if (xl_c7) {
+                    {
+                        const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                        const int32_t xl_i = xl_idx(err, 1, 320, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
+                    }
                 }
-                {
-                    const int32_t xl_v = r.priority;
-                    const int32_t xl_i = xl_idx(err, 1, 310, pg, 16384);
-                    if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
+                const bool xl_c8 = sh.page_prio[xl_idx(err, 1, 322, pg, 16384)] != r.priority;
+                if (err.code) return err;
+                if (xl_c8) {
+                    {
+                        const int32_t xl_v = r.priority;
+                        const int32_t xl_i = xl_idx(err, 1, 323, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
+                    }
                 }
-                {
-                    const float xl_v = r.ema_acceptance_rate;
-                    const int32_t xl_i = xl_idx(err, 1, 311, pg, 16384);
-                    if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
+                const bool xl_c9 = sh.page_ema[xl_idx(err, 1, 325, pg, 16384)] != r.ema_acceptance_rate;
+                if (err.code) return err;
+                if (xl_c9) {
+                    {
+                        const float xl_v = r.ema_acceptance_rate;
+                        const int32_t xl_i = xl_idx(err, 1, 326, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
+                    }
                 }
-                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 312, pg, 16384)] == PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 328, pg, 16384)] == PageKind::COMMITTED));
                 if (err.code) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                {
-                    const int32_t xl_v = xl_sub(in_page, sh.page_used[xl_idx(err, 1, 314, pg, 16384)]);
-                    if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = in_page;
-                    const int32_t xl_i = xl_idx(err, 1, 315, pg, 16384);
-                    if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                const bool xl_c10 = in_page != sh.page_used[xl_idx(err, 1, 330, pg, 16384)];
+                if (err.code) return err;
+                if (xl_c10) {
+                    {
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 331, pg, 16384)]));
+                        if (err.code) return err;
+                        d_used = xl_v;
+                    }
+                    {
+                        const int32_t xl_v = in_page;
+                        const int32_t xl_i = xl_idx(err, 1, 332, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    }
                 }
                 if (committed) {
                     own_committed = xl_add(own_committed, 1);
@@ -1233,6 +1290,34 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         r.kv_committed_pages = own_committed;
         r.kv_draft_pages = own_draft;
+        if (d_live != 0) {
+            {
+                const int32_t xl_v = d_live;
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+            }
+        }
+        if (d_draft != 0) {
+            {
+                const int32_t xl_v = d_draft;
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
+            }
+        }
+        if (d_committed != 0) {
+            {
+                const int32_t xl_v = d_committed;
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+            }
+        }
+        if (d_used != 0) {
+            {
+                const int32_t xl_v = d_used;
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+            }
+        }
         r.kv_ready = (ok || r.kv_oversize);
         r.kv_prev_tick = now;
         r.kv_snap_live = sh.kv_live;
@@ -1258,7 +1343,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:342: collective kv_collect
+// stages/kv.xl:372: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1288,10 +1373,9 @@ XL_HD int xl_kv_collect_word(int k) {
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
 XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_collect& xl_frame, const XlColl& xc,
-                                   int32_t xl_slot) {
+                                   const Params& p, int32_t req_id, Frame_kv_collect& xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xc; (void)xl_slot;
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
     switch (xl_seg) {
     case 0: {
         {
@@ -1314,7 +1398,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 345, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 375, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (err.code) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1322,7 +1406,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 352, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 352, pg, 16384)] != PageKind::FREE);
+            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 382, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 382, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1370,53 +1454,53 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 364, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 364, pg, 16384)] != PageKind::FREE);
+            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 394, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 394, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 365, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 365, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 395, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 395, pg, 16384);
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 366, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384);
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 367, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 397, pg, 16384);
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 368, pg, 16384)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 398, pg, 16384)]);
                     if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 369, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 399, pg, 16384);
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
                     if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
                     if (err.code) return err;
-                    xl_add(xc, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 372, slot, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 402, slot, 16384);
                     if (err.code) return err;
-                    xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
                 slot = xl_add(slot, 1);
             }
@@ -1425,12 +1509,12 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
             {
                 const int32_t xl_v = xl_add(sh.kv_free_top, total);
                 if (err.code) return err;
-                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = 0;
                 if (err.code) return err;
-                xl_put(xc, xl_slot, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
             }
         }
         break;
@@ -1441,7 +1525,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:385: arbiter kv_evict
+// stages/kv.xl:415: arbiter kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (r.kv_evict_want > 0));
 }
@@ -1460,7 +1544,7 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
             }
             [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
             if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] < sh.kv_tick)) {
-                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 399, best, 16384)], sh.page_ema[xl_idx(err, 2, 399, best, 16384)], sh.page_last_use[xl_idx(err, 3, 399, best, 16384)]);
+                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 429, best, 16384)], sh.page_ema[xl_idx(err, 2, 429, best, 16384)], sh.page_last_use[xl_idx(err, 3, 429, best, 16384)]);
                 if (err.code) return err;
                 if (xl_c1) {
                     best = xl_p;
@@ -1471,37 +1555,37 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
             break;
         }
         {
-            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 408, best, 16384)], 1);
-            const int32_t xl_i = xl_idx(err, 2, 408, best, 16384);
+            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 438, best, 16384)], 1);
+            const int32_t xl_i = xl_idx(err, 2, 438, best, 16384);
             if (err.code) return err;
             sh.page_gen[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = PageKind::FREE;
-            const int32_t xl_i = xl_idx(err, 1, 409, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 439, best, 16384);
             if (err.code) return err;
             sh.page_kind[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = -1;
-            const int32_t xl_i = xl_idx(err, 1, 410, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 440, best, 16384);
             if (err.code) return err;
             sh.page_owner[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 411, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 441, best, 16384);
             if (err.code) return err;
             sh.page_refs[xl_i] = xl_v;
         }
         {
-            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 412, best, 16384)]);
+            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 442, best, 16384)]);
             if (err.code) return err;
             sh.kv_used_tokens = xl_v;
         }
         {
             const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 413, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 443, best, 16384);
             if (err.code) return err;
             sh.page_used[xl_i] = xl_v;
         }
@@ -1509,7 +1593,7 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
         sh.kv_live = xl_sub(sh.kv_live, 1);
         {
             const int32_t xl_v = best;
-            const int32_t xl_i = xl_idx(err, 1, 416, sh.kv_free_top, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 446, sh.kv_free_top, 16384);
             if (err.code) return err;
             sh.kv_free_stack[xl_i] = xl_v;
         }
@@ -1664,7 +1748,7 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
-    case 6:  // stages/kv.xl:385
+    case 6:  // stages/kv.xl:415
         if (guard_kv_evict(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
             err = stage_kv_evict(r, sh, p, req_id);
         }
@@ -1684,10 +1768,11 @@ constexpr int XL_NUM_ARBITERS = 1;
 constexpr int XL_NUM_PHASE2 = 3;
 constexpr int XL_NUM_COLLECTIVE_STAGES = 2;
 
-// Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests.
-XL_HD uint64_t xl_coll_words(int32_t slots) {
-    if (XL_NUM_COLLECTIVE_STAGES == 0) return 1u;
-    return 3ull * XL_SHARED_WORDS + 1ull + (4ull + XL_FRAME_WORDS) * (uint64_t)slots;
+// Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests
+// and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
+XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
+    if (XL_NUM_COLLECTIVE_STAGES == 0) return 4u;
+    return 4ull + 3ull * XL_SHARED_WORDS + (5ull + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow;
 }
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
@@ -1722,6 +1807,7 @@ XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
 XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                                            int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
+    int32_t any = 0;
     for (int32_t i = t; i < n; i += nt) {
         int32_t part = 0;
         xc.conflict[i] = 0;
@@ -1736,15 +1822,18 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         }
         xc.part[i] = part;
         xc.result[i] = 0u;
+        any |= part;
     }
-    XL_BLOCK_SYNC();
+    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
     for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES; ++seg) {
         for (int32_t i = t; i < n; i += nt) {
             if (!xc.part[i]) continue;
             const int32_t id = active[i];
             uint32_t out = 0u;
+            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
             const XlErr err = stage_kv_manage(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_kv_manage(xc, i), xc, i);
+                                                 frame_of_kv_manage(xc, i), xw);
+            xc.noted[i] = xw.n;
             if (err.code) {
                 xl_emit_error(sink, id, round, 4u, err);
                 keep[i] = 0;
@@ -1755,7 +1844,7 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         XL_BLOCK_SYNC();
         if (seg < XL_kv_manage_COLLECTIVES) xl_collective(xc, xl_kv_manage_op(seg), xl_kv_manage_word(seg), active, n);
     }
-    xl_apply_shared(xc, sh);
+    xl_settle_all(xc, sh, n);
     for (int32_t i = t; i < n; i += nt) {
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
@@ -1782,19 +1871,14 @@ XL_DEVICE bool run_collective_solo_kv_manage(Request& r, Shared& sh, const Param
     }
     Frame_kv_manage f;
     uint32_t in = 0u;
+    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
     for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES && !err.code; ++seg) {
         uint32_t out = 0u;
-        err = stage_kv_manage(seg, in, out, r, sh, p, id, f, xc, 0);
+        err = stage_kv_manage(seg, in, out, r, sh, p, id, f, xw);
         if (seg < XL_kv_manage_COLLECTIVES) in = xl_collective_solo(xl_kv_manage_op(seg), out, id);
     }
-    for (uint32_t i = 0; i < *xc.n_dirty; ++i) {  // apply, as xl_apply_shared does (one writer: no conflicts)
-        const uint32_t w = xc.dirty[i];
-        if (xc.tag[w] == XL_TAG_SUM) reinterpret_cast<uint32_t*>(&sh)[w] += xc.val[w];
-        else reinterpret_cast<uint32_t*>(&sh)[w] = xc.val[w];
-        xc.tag[w] = 0u;
-        xc.val[w] = 0u;
-    }
-    *xc.n_dirty = 0u;
+    xc.noted[0] = xw.n;
+    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
     if (err.code) {
         xl_emit_error(sink, id, round, 4u, err);
         return false;
@@ -1809,7 +1893,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
     return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:342: collective stage kv_collect for the active requests with keep[i] == 2, by
+// stages/kv.xl:372: collective stage kv_collect for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -1817,6 +1901,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
 XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                                            int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
+    int32_t any = 0;
     for (int32_t i = t; i < n; i += nt) {
         int32_t part = 0;
         xc.conflict[i] = 0;
@@ -1831,15 +1916,18 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         }
         xc.part[i] = part;
         xc.result[i] = 0u;
+        any |= part;
     }
-    XL_BLOCK_SYNC();
+    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
     for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES; ++seg) {
         for (int32_t i = t; i < n; i += nt) {
             if (!xc.part[i]) continue;
             const int32_t id = active[i];
             uint32_t out = 0u;
+            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
             const XlErr err = stage_kv_collect(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_kv_collect(xc, i), xc, i);
+                                                 frame_of_kv_collect(xc, i), xw);
+            xc.noted[i] = xw.n;
             if (err.code) {
                 xl_emit_error(sink, id, round, 5u, err);
                 keep[i] = 0;
@@ -1850,12 +1938,12 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         XL_BLOCK_SYNC();
         if (seg < XL_kv_collect_COLLECTIVES) xl_collective(xc, xl_kv_collect_op(seg), xl_kv_collect_word(seg), active, n);
     }
-    xl_apply_shared(xc, sh);
+    xl_settle_all(xc, sh, n);
     for (int32_t i = t; i < n; i += nt) {
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 342, 0});
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 372, 0});
             keep[i] = 0;
         }
     }
@@ -1872,19 +1960,14 @@ XL_DEVICE bool run_collective_solo_kv_collect(Request& r, Shared& sh, const Para
     }
     Frame_kv_collect f;
     uint32_t in = 0u;
+    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
     for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES && !err.code; ++seg) {
         uint32_t out = 0u;
-        err = stage_kv_collect(seg, in, out, r, sh, p, id, f, xc, 0);
+        err = stage_kv_collect(seg, in, out, r, sh, p, id, f, xw);
         if (seg < XL_kv_collect_COLLECTIVES) in = xl_collective_solo(xl_kv_collect_op(seg), out, id);
     }
-    for (uint32_t i = 0; i < *xc.n_dirty; ++i) {  // apply, as xl_apply_shared does (one writer: no conflicts)
-        const uint32_t w = xc.dirty[i];
-        if (xc.tag[w] == XL_TAG_SUM) reinterpret_cast<uint32_t*>(&sh)[w] += xc.val[w];
-        else reinterpret_cast<uint32_t*>(&sh)[w] = xc.val[w];
-        xc.tag[w] = 0u;
-        xc.val[w] = 0u;
-    }
-    *xc.n_dirty = 0u;
+    xc.noted[0] = xw.n;
+    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
     if (err.code) {
         xl_emit_error(sink, id, round, 5u, err);
         return false;

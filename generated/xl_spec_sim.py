@@ -237,7 +237,7 @@ def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     return (use_a < use_b)
 
 
-# stages/kv.xl:336
+# stages/kv.xl:366
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -400,15 +400,19 @@ def stage_kv_manage(r, sh, p, xw):
             r.kv_borrowed = run
             r.kv_held = run
     missing_committed = 0
+    d_live = 0
+    d_draft = 0
+    d_committed = 0
+    d_used = 0
     for k in range(0, 256):
         if (k >= cp):
             break
         if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
             missing_committed = wrap_i32(missing_committed + 1)
-        elif ((k >= r.kv_borrowed) and (sh.page_kind[check_index(r.kv_pages[k], 16384)] == PageKind.DRAFT)):  # @xl:167
-            xw.put('page_kind', PageKind.COMMITTED, check_index(r.kv_pages[k], 16384))  # @xl:168
-            xw.add('kv_draft', wrap_i32(-1), wrap_i32)
-            xw.add('kv_committed', 1, wrap_i32)
+        elif ((k >= r.kv_borrowed) and (sh.page_kind[check_index(r.kv_pages[k], 16384)] == PageKind.DRAFT)):  # @xl:172
+            xw.put('page_kind', PageKind.COMMITTED, check_index(r.kv_pages[k], 16384))  # @xl:173
+            d_draft = wrap_i32(d_draft - 1)
+            d_committed = wrap_i32(d_committed + 1)
     need = 0
     for k in range(0, 256):
         if ((k >= tp) or graft_wait):
@@ -430,20 +434,20 @@ def stage_kv_manage(r, sh, p, xw):
             if (k >= tp):
                 break
             if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
-                pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:202
+                pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:207
                 t = wrap_i32(t + 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:204
-                xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:205
-                xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:206
-                xw.put('page_slot', k, check_index(pg, 16384))  # @xl:207
-                xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:208
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:209
+                xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:210
+                xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:211
+                xw.put('page_slot', k, check_index(pg, 16384))  # @xl:212
+                xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:213
                 r.kv_pages[k] = pg
-                r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:210
-                xw.add('kv_live', 1, wrap_i32)
+                r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:215
+                d_live = wrap_i32(d_live + 1)
                 if (k < cp):
-                    xw.add('kv_committed', 1, wrap_i32)
+                    d_committed = wrap_i32(d_committed + 1)
                 else:
-                    xw.add('kv_draft', 1, wrap_i32)
+                    d_draft = wrap_i32(d_draft + 1)
                 r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
     keep = tp
     if (not ok):
@@ -458,7 +462,7 @@ def stage_kv_manage(r, sh, p, xw):
         if (k >= r.kv_held):
             break
         pg = r.kv_pages[k]
-        if (((((k >= keep) and (pg >= 0)) and (k >= r.kv_borrowed)) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:243
+        if (((((k >= keep) and (pg >= 0)) and (k >= r.kv_borrowed)) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:248
             freed = wrap_i32(freed + 1)
     push_at = yield ('scan', 'i', freed)
     pushed = yield ('sum', 'i', freed)
@@ -472,30 +476,32 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:262
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:263
-                xw.add('kv_draft', wrap_i32(-1), wrap_i32)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:266
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:267
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:268
-                xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:269
-                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:270
-                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:271
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:267
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:268
+                d_draft = wrap_i32(d_draft - 1)
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:271
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:272
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:273
+                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:274
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:275
+                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:276
+                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:278
                 slot = wrap_i32(slot + 1)
-                xw.add('kv_live', wrap_i32(-1), wrap_i32)
+                d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:278
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:285
             r.kv_pages[k] = -1
-    xw.add('kv_pending', released_committed, wrap_i32)
+    if (released_committed > 0):
+        xw.add('kv_pending', released_committed, wrap_i32)
     r.kv_held = min_(r.kv_held, keep)
     r.kv_borrowed = min_(r.kv_borrowed, keep)
     if (first == r.xl_id):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:291
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:300
             xw.put('kv_last_progress', now)
     own_committed = 0
     own_draft = 0
@@ -505,20 +511,32 @@ def stage_kv_manage(r, sh, p, xw):
         pg = r.kv_pages[k]
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if ok:
-                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:307
-            xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:309
-            xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:310
-            xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:311
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:312
+                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:316
+            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:319
+                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:320
+            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:322
+                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:323
+            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:325
+                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:326
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:328
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            xw.add('kv_used_tokens', wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:314
-            xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:315
+            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:330
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:331
+                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:332
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
                 own_draft = wrap_i32(own_draft + 1)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
+    if (d_live != 0):
+        xw.add('kv_live', d_live, wrap_i32)
+    if (d_draft != 0):
+        xw.add('kv_draft', d_draft, wrap_i32)
+    if (d_committed != 0):
+        xw.add('kv_committed', d_committed, wrap_i32)
+    if (d_used != 0):
+        xw.add('kv_used_tokens', d_used, wrap_i32)
     r.kv_ready = (ok or r.kv_oversize)
     r.kv_prev_tick = now
     r.kv_snap_live = sh.kv_live
@@ -532,7 +550,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:342: collective kv_collect
+# stages/kv.xl:372: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -540,13 +558,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:345
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:375
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:352
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:382
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -555,22 +573,22 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:364
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:365
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:366
-            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:367
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:368
-            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:369
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:394
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:395
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:396
+            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:397
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:398
+            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:399
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:372
+            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:402
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:385: arbiter kv_evict
+# stages/kv.xl:415: arbiter kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (r.kv_evict_want > 0))
 
@@ -586,19 +604,19 @@ def stage_kv_evict(r, sh, p):
                 break
             o = sh.page_owner[xl_p]
             if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] < sh.kv_tick)):
-                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:399
+                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:429
                     best = xl_p
         if (best < 0):
             break
-        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:408
-        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:409
-        sh.page_owner[check_index(best, 16384)] = -1  # @xl:410
-        sh.page_refs[check_index(best, 16384)] = 0  # @xl:411
-        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:412
-        sh.page_used[check_index(best, 16384)] = 0  # @xl:413
+        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:438
+        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:439
+        sh.page_owner[check_index(best, 16384)] = -1  # @xl:440
+        sh.page_refs[check_index(best, 16384)] = 0  # @xl:441
+        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:442
+        sh.page_used[check_index(best, 16384)] = 0  # @xl:443
         sh.kv_committed = wrap_i32(sh.kv_committed - 1)
         sh.kv_live = wrap_i32(sh.kv_live - 1)
-        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:416
+        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:446
         sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
         if r.kv_evict_recomputes:
             sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
@@ -619,7 +637,7 @@ STAGES = [
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 70),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 342),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 385),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 372),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 415),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

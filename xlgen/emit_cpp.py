@@ -122,7 +122,7 @@ class CppEmitter:
 
     def stmt_Assign(self, s: ir.Assign, depth):
         if s.target.kind == ir.SHARED and self.in_collective:
-            return self._shadow_write(s, "xl_put(xc, xl_slot, {word}, xl_word_bits(xl_v));", depth)
+            return self._shadow_write(s, "xl_shadow_put(xw, {word}, xl_word_bits(xl_v));", depth)
         pad = IND * depth
         elem = s.target.type.elem if s.index is not None else s.target.type
         value = self.statement_expr(s.value, s.loc.line)  # the value first, then the index: as in Python
@@ -143,7 +143,7 @@ class CppEmitter:
         return lines + [f"{pad}}}"]
 
     def stmt_Accumulate(self, s: ir.Accumulate, depth):
-        return self._shadow_write(s, "xl_add(xc, {word}, xl_word_bits(xl_v));", depth)
+        return self._shadow_write(s, "xl_shadow_add(xw, {word}, xl_word_bits(xl_v));", depth)
 
     def _shadow_write(self, s, call: str, depth) -> list[str]:
         """A shared write in a collective stage: the value, then the index (§8), then the

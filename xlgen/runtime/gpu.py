@@ -236,6 +236,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     threads = THREADS_PER_BLOCK
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
+    overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise
     flags = _MappedFlags()
     try:
         while True:
@@ -243,8 +244,9 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
+                words = collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode, overflow)
                 d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32,
-                             collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode))
+                             words, overflow)
                 stream.synchronize()
             flags.view[:] = 0
             if persistent:
@@ -254,9 +256,11 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
                 timing = _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream,
                                           timeout, use_graph=mode == "graph")
             count = int(d.count.get(stream=stream)[0])
-            if count <= capacity:
+            lost = int(d.coll[1].get(stream=stream))  # a collective stage's notes overflowed: run again, larger
+            if count <= capacity and not lost:
                 break
-            capacity = count
+            capacity = max(capacity, count)
+            overflow *= 4 if lost else 1
         ctl = d.ctl.get()
         table = d.records[:count].get()
         order = np.argsort(table[:, 0], kind="stable")
@@ -279,7 +283,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
 class _Buffers:
     """The device buffers of one run (allocated on the current stream)."""
 
-    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, warps, coll_words):
+    def __init__(self, cupy, reqs_host, shared_host, packed, n, config, capacity, width, warps, coll_words,
+                 coll_overflow):
         self.reqs = cupy.asarray(reqs_host.view(np.uint32))
         self.shared = cupy.asarray(shared_host.view(np.uint32))
         self.params = cupy.asarray(packed.view(np.uint32))
@@ -297,14 +302,18 @@ class _Buffers:
         self.count = cupy.zeros(1, dtype=np.uint64)
         self.where = cupy.full((warps, 4), -1, dtype=np.int32)
         self.coll = cupy.zeros(coll_words, dtype=np.uint32)  # collective stages' shadow and scratch (XlColl)
+        self.coll[0] = coll_overflow  # header[0]: the overflow list's capacity
 
 
-def collective_words(program, shared_words: int, config, n: int, mode: str) -> int:
-    """Words of the XlColl buffer (xl_coll_carve in xl_runtime.cuh, xl_coll_words in the kernel)."""
+NOTE_CAP = 256  # XL_NOTE_CAP: words a request notes in its own list per collective stage
+
+
+def collective_words(program, shared_words: int, config, n: int, mode: str, overflow: int) -> int:
+    """Words of the XlColl buffer (xl_coll_carve and xl_coll_words in the kernel, alike)."""
     if not any(s.is_collective for s in program.stages):
-        return 1
+        return 4
     slots = 1 if mode == "fast" else max(1, min(config.max_active, n))
-    return 3 * shared_words + 1 + (4 + collective_frame_words(program)) * slots
+    return 4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,

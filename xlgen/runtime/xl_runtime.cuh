@@ -242,52 +242,86 @@ XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const in
 // a thread per request; on the CPU one thread, request after request. Its shared writes
 // go to a shadow of the Shared struct's words and take effect together at the stage's
 // end, so every read in the stage sees the state from before it, whatever the schedule.
+//
+// The GPU never waits for an atomic while a stage runs (an atomic that returns a value
+// is a round trip to L2, and a thread making a few hundred of them in a row made a
+// round of the KV cache 0.28 ms): a claim is a fire-and-forget atomicMax of the
+// writer's ~slot and of its slot + 1 on the word (two writers: least != greatest, and
+// untouched is 0 in both, so a zeroed buffer is clear) plus a plain store of the
+// value, a sum a fire-and-forget atomicAdd, and each writer notes the words it touched
+// in its own list. The stage's end checks, applies and clears the noted words. The CPU
+// build, one thread, tags each word with its first writer instead.
 
 #if XL_ON_GPU
 #define XL_THREAD ((int32_t)threadIdx.x)
 #define XL_THREADS ((int32_t)blockDim.x)
 #define XL_BLOCK_SYNC() __syncthreads()
+#define XL_BLOCK_ANY(x) __syncthreads_or(x)
 #else
 #define XL_THREAD 0
 #define XL_THREADS 1
 #define XL_BLOCK_SYNC() do { } while (0)
+#define XL_BLOCK_ANY(x) (x)
 #endif
 
 enum { XL_SCAN = 0, XL_SUM = 1, XL_COUNT = 2, XL_MIN_OF = 3, XL_MAX_OF = 4, XL_ARGMIN = 5, XL_ARGMAX = 6 };
 enum { XL_WORD_I = 0, XL_WORD_U = 1, XL_WORD_F = 2 };
 
-// A shadow word's tag: 0 untouched; XL_TAG_SUM summed (`+=`); else the slot + 1 of the
+// CPU: a word's tag is 0 untouched; XL_TAG_SUM summed (`+=`); else the slot + 1 of the
 // request that claimed it (`=`), with XL_TAG_CONFLICT once another request wrote it too.
 constexpr uint32_t XL_TAG_SUM = 0x80000000u;
 constexpr uint32_t XL_TAG_CONFLICT = 0x40000000u;
 constexpr uint32_t XL_TAG_WRITER = 0x3FFFFFFFu;
+// GPU: a noted word (its index, XL_NOTE_SUM set for a sum); a slot notes up to
+// XL_NOTE_CAP words in its own list, the rest (with the slot) in one shared overflow list.
+constexpr uint32_t XL_NOTE_SUM = 0x80000000u;
+constexpr uint32_t XL_NO_NOTE = 0xFFFFFFFFu;
+#ifndef XL_NOTE_CAP
+#define XL_NOTE_CAP 256
+#endif
 
 struct XlColl {
-    uint32_t* tag;       // [shared words]
+    uint32_t* header;    // [0] overflow capacity (pairs, set by the host), [1] overflow lost (sticky),
+                         // [2] overflow used, [3] CPU dirty count
     uint32_t* val;       // [shared words]: the claimed value, or the running sum
-    uint32_t* dirty;     // [shared words]: the words touched this stage, n_dirty of them
-    uint32_t* n_dirty;   // [1]
-    int32_t* conflict;   // [max_active] per slot: wrote a word another request wrote
-    int32_t* part;       // [max_active] per slot: takes part (guard held, no error yet)
-    uint32_t* contrib;   // [max_active] per slot: this collective's contribution
-    uint32_t* result;    // [max_active] per slot: the last collective's result
-    uint32_t* frames;    // [max_active * frame words]: a stage's top-level locals across collectives
+    uint32_t* tag;       // CPU [shared words]; GPU: the greatest ~slot of a writer (~least slot); 0: none
+    uint32_t* aux;       // CPU: dirty words; GPU: the greatest slot + 1 of a writer; 0: none
+    int32_t* conflict;   // [slots] wrote a word another request wrote
+    int32_t* part;       // [slots] takes part (guard held, no error yet)
+    uint32_t* contrib;   // [slots] this collective's contribution
+    uint32_t* result;    // [slots] the last collective's result
+    uint32_t* noted;     // [slots] GPU: how many words the slot's list holds
+    uint32_t* notes;     // [slots * XL_NOTE_CAP] GPU: each slot's noted words
+    uint32_t* overflow;  // [2 * capacity] GPU: (word, slot) pairs noted past a slot's list
+    uint32_t* frames;    // [slots * frame words]: a stage's top-level locals across collectives
 };
 
-// The layout of the one buffer that holds an XlColl (xlgen/runtime/gpu.py sizes it alike).
-XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t max_active) {
+// The layout of the one buffer that holds an XlColl (xlgen/runtime/gpu.py and the CPU
+// build size it with xl_coll_words, zeroed); the host sets header[0].
+XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t slots) {
     XlColl c;
-    c.tag = mem;
-    c.val = c.tag + shared_words;
-    c.dirty = c.val + shared_words;
-    c.n_dirty = c.dirty + shared_words;
-    c.conflict = (int32_t*)(c.n_dirty + 1);
-    c.part = c.conflict + max_active;
-    c.contrib = (uint32_t*)(c.part + max_active);
-    c.result = c.contrib + max_active;
-    c.frames = c.result + max_active;
+    c.header = mem;
+    c.val = mem + 4;
+    c.tag = c.val + shared_words;
+    c.aux = c.tag + shared_words;
+    c.conflict = (int32_t*)(c.aux + shared_words);
+    c.part = c.conflict + slots;
+    c.contrib = (uint32_t*)(c.part + slots);
+    c.result = c.contrib + slots;
+    c.noted = c.result + slots;
+    c.notes = c.noted + slots;
+    c.overflow = c.notes + (size_t)slots * XL_NOTE_CAP;
+    c.frames = c.overflow + 2ull * c.header[0];
     return c;
 }
+
+// One request's writes in one segment of a collective stage.
+struct XlWriter {
+    const XlColl* c;
+    int32_t slot;
+    uint32_t n;     // GPU: words noted in the slot's list so far
+    uint32_t last;  // GPU: the last one (a loop summing into one word notes it once)
+};
 
 XL_HD uint32_t xl_word_bits(float v) { return xl_float_bits(v); }
 XL_HD uint32_t xl_word_bits(int32_t v) { return (uint32_t)v; }
@@ -310,60 +344,123 @@ XL_HD uint32_t xl_word_of(const void* shared_base, const T* element) {
     return (uint32_t)((const uint32_t*)(const void*)element - (const uint32_t*)shared_base);
 }
 
-XL_HD uint32_t xl_atomic_inc(uint32_t* counter) {
 #if XL_ON_GPU
-    return atomicAdd(counter, 1u);
-#else
-    return (*counter)++;
-#endif
+__device__ __forceinline__ void xl_note(XlWriter& w, uint32_t note) {
+    if (note == w.last) return;
+    w.last = note;
+    if (w.n < XL_NOTE_CAP) {
+        w.c->notes[(size_t)w.slot * XL_NOTE_CAP + w.n++] = note;
+        return;
+    }
+    const uint32_t at = atomicAdd(&w.c->header[2], 1u);  // rare: a slot's list is full
+    if (at < w.c->header[0]) {
+        w.c->overflow[2 * at] = note;
+        w.c->overflow[2 * at + 1] = (uint32_t)w.slot;
+    } else {
+        w.c->header[1] = 1u;  // lost: the host runs again with a larger overflow list
+    }
 }
 
-// `sh.f[i] = v` in a collective stage, by the request in `slot`.
-XL_HD void xl_put(const XlColl& c, int32_t slot, uint32_t word, uint32_t bits) {
-    const uint32_t me = (uint32_t)slot + 1u;
-#if XL_ON_GPU
-    const uint32_t old = atomicCAS(&c.tag[word], 0u, me);
+// `sh.f[i] = v` in a collective stage.
+__device__ __forceinline__ void xl_shadow_put(XlWriter& w, uint32_t word, uint32_t bits) {
+    atomicMax(&w.c->tag[word], ~(uint32_t)w.slot);
+    atomicMax(&w.c->aux[word], (uint32_t)w.slot + 1u);
+    w.c->val[word] = bits;  // used only when this request is the word's one writer
+    xl_note(w, word);
+}
+
+// `sh.f[i] += v` in a collective stage (integers: wrapping, so the order does not matter).
+__device__ __forceinline__ void xl_shadow_add(XlWriter& w, uint32_t word, uint32_t bits) {
+    atomicAdd(&w.c->val[word], bits);
+    xl_note(w, word | XL_NOTE_SUM);
+}
+
+// What the stage's end does with one noted word, in three passes (block-wide, with a
+// sync between): CHECK marks the writers of a word claimed by two; APPLY stores claims
+// and sums (a sum's first noter takes the whole total, so duplicates add nothing); CLEAR
+// resets the shadow for the next stage.
+enum { XL_CHECK = 0, XL_APPLY = 1, XL_CLEAR = 2 };
+__device__ __forceinline__ void xl_settle(const XlColl& c, uint32_t* words, uint32_t note, int32_t slot, int pass) {
+    const uint32_t word = note & ~XL_NOTE_SUM;
+    if (note & XL_NOTE_SUM) {
+        if (pass == XL_APPLY) {
+            const uint32_t total = atomicExch(&c.val[word], 0u);
+            if (total != 0u) atomicAdd(&words[word], total);
+        }
+    } else if (pass == XL_CHECK) {  // (__ldcg: from L2, where the atomics were done)
+        if (~__ldcg(&c.tag[word]) != __ldcg(&c.aux[word]) - 1u) c.conflict[slot] = 1;
+    } else if (pass == XL_APPLY) {
+        if (~__ldcg(&c.tag[word]) == __ldcg(&c.aux[word]) - 1u) words[word] = __ldcg(&c.val[word]);
+    } else {
+        c.tag[word] = 0u;
+        c.aux[word] = 0u;
+    }
+}
+
+// The stage's end, by all threads of the block, for slots 0..n-1: warp w takes slots
+// w, w + warps, ...; its lanes take the slot's noted words; then the overflow list.
+__device__ void xl_settle_all(const XlColl& c, void* shared_base, int32_t n) {
+    uint32_t* words = (uint32_t*)shared_base;
+    const int32_t lane = (int32_t)(threadIdx.x & 31u), warp = (int32_t)(threadIdx.x >> 5);
+    const int32_t warps = (int32_t)((blockDim.x + 31u) >> 5);
+    for (int pass = XL_CHECK; pass <= XL_CLEAR; ++pass) {
+        for (int32_t s = warp; s < n; s += warps)
+            for (uint32_t j = (uint32_t)lane; j < c.noted[s]; j += 32u)
+                xl_settle(c, words, c.notes[(size_t)s * XL_NOTE_CAP + j], s, pass);
+        const uint32_t spilled = min(c.header[2], c.header[0]);
+        for (uint32_t j = (uint32_t)threadIdx.x; j < spilled; j += blockDim.x)
+            xl_settle(c, words, c.overflow[2 * j], (int32_t)c.overflow[2 * j + 1], pass);
+        __syncthreads();
+    }
+    for (int32_t s = (int32_t)threadIdx.x; s < n; s += (int32_t)blockDim.x) c.noted[s] = 0u;
+    if (threadIdx.x == 0) c.header[2] = 0u;
+    __syncthreads();
+}
+
+// The same for one request alone (fast mode, under the lock: one thread, no conflicts).
+__device__ void xl_settle_solo(const XlColl& c, void* shared_base, int32_t slot) {
+    uint32_t* words = (uint32_t*)shared_base;
+    for (int pass = XL_APPLY; pass <= XL_CLEAR; ++pass) {
+        for (uint32_t j = 0; j < c.noted[slot]; ++j)
+            xl_settle(c, words, c.notes[(size_t)slot * XL_NOTE_CAP + j], slot, pass);
+        const uint32_t spilled = min(c.header[2], c.header[0]);
+        for (uint32_t j = 0; j < spilled; ++j) xl_settle(c, words, c.overflow[2 * j], slot, pass);
+    }
+    c.noted[slot] = 0u;
+    c.header[2] = 0u;
+}
 #else
+inline void xl_shadow_put(XlWriter& w, uint32_t word, uint32_t bits) {
+    const XlColl& c = *w.c;
+    const uint32_t me = (uint32_t)w.slot + 1u;
     const uint32_t old = c.tag[word];
-    if (old == 0u) c.tag[word] = me;
-#endif
     if (old == 0u) {
-        c.dirty[xl_atomic_inc(c.n_dirty)] = word;
+        c.tag[word] = me;
+        c.aux[c.header[3]++] = word;
         c.val[word] = bits;
     } else if ((old & XL_TAG_WRITER) == me) {
         c.val[word] = bits;  // this request's own earlier write: the last one counts
     } else {
-#if XL_ON_GPU
-        atomicOr(&c.tag[word], XL_TAG_CONFLICT);
-#else
         c.tag[word] |= XL_TAG_CONFLICT;
-#endif
-        c.conflict[slot] = 1;
+        c.conflict[w.slot] = 1;
     }
 }
 
-// `sh.f[i] += v` in a collective stage (integers: wrapping, so the order does not matter).
-XL_HD void xl_add(const XlColl& c, uint32_t word, uint32_t bits) {
-#if XL_ON_GPU
-    if (atomicCAS(&c.tag[word], 0u, XL_TAG_SUM) == 0u) c.dirty[xl_atomic_inc(c.n_dirty)] = word;
-    atomicAdd(&c.val[word], bits);
-#else
+inline void xl_shadow_add(XlWriter& w, uint32_t word, uint32_t bits) {
+    const XlColl& c = *w.c;
     if (c.tag[word] == 0u) {
         c.tag[word] = XL_TAG_SUM;
-        c.dirty[(*c.n_dirty)++] = word;
+        c.aux[c.header[3]++] = word;
     }
     c.val[word] += bits;
-#endif
 }
 
-// The stage's end, by all threads of the block: store every write into the Shared struct,
-// except words written by two requests (their writers are marked in `conflict`); clear
-// the shadow for the next stage.
-XL_DEVICE void xl_apply_shared(const XlColl& c, void* shared_base) {
+// The stage's end: store every write into the Shared struct, except words written by
+// two requests (their first writer is marked too); clear the shadow.
+inline void xl_settle_all(const XlColl& c, void* shared_base, int32_t) {
     uint32_t* words = (uint32_t*)shared_base;
-    const uint32_t n = *c.n_dirty;
-    for (uint32_t i = (uint32_t)XL_THREAD; i < n; i += (uint32_t)XL_THREADS) {
-        const uint32_t w = c.dirty[i];
+    for (uint32_t i = 0; i < c.header[3]; ++i) {
+        const uint32_t w = c.aux[i];
         const uint32_t tag = c.tag[w];
         if (tag == XL_TAG_SUM) words[w] += c.val[w];
         else if (tag & XL_TAG_CONFLICT) c.conflict[(tag & XL_TAG_WRITER) - 1u] = 1;
@@ -371,10 +468,11 @@ XL_DEVICE void xl_apply_shared(const XlColl& c, void* shared_base) {
         c.tag[w] = 0u;
         c.val[w] = 0u;
     }
-    XL_BLOCK_SYNC();
-    if (XL_THREAD == 0) *c.n_dirty = 0u;
-    XL_BLOCK_SYNC();
+    c.header[3] = 0u;
 }
+
+inline void xl_settle_solo(const XlColl& c, void* shared_base, int32_t) { xl_settle_all(c, shared_base, 1); }
+#endif
 
 // Keys that order contributions as min_of/max_of/argmin/argmax do: integers by value,
 // f32 by IEEE totalOrder with every NaN the canonical one (ops.total_order_key).
