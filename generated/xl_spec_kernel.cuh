@@ -126,6 +126,7 @@ struct Request {
     uint32_t kv_forced_pressure;
     int32_t kv_evict_want;
     uint32_t kv_evict_recomputes;
+    int32_t kv_seen_evictions;
     uint32_t kv_oversize;
     int32_t kv_hits;
     int32_t kv_misses;
@@ -137,7 +138,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1323 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1324 * 4, "Request layout must match xlgen/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -164,12 +165,13 @@ struct Shared {
     int32_t kv_evict_recompute;
     int32_t kv_yields;
     int32_t kv_pending;
+    int32_t kv_evictions;
 };
-static_assert(sizeof(Shared) == 180236 * 4, "Shared layout must match xlgen/layout.py");
-constexpr int32_t XL_SHARED_WORDS = 180236;
+static_assert(sizeof(Shared) == 180237 * 4, "Shared layout must match xlgen/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 180237;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 32;
+constexpr int XL_FRAME_WORDS = 36;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -298,7 +300,7 @@ XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p
     return (use_a < use_b);
 }
 
-// stages/kv.xl:366
+// stages/kv.xl:342
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -473,18 +475,21 @@ struct Frame_kv_manage {
     int32_t pt;
     int32_t pool;
     bool pressured;
-    int32_t lost;
     int32_t committed_tok;
     int32_t total_tok;
     int32_t cp;
     int32_t tp;
     bool graft_wait;
+    bool look_for_lost;
+    int32_t lost;
     int32_t missing_committed;
+    int32_t need;
+    int32_t drafts;
+    int32_t drafts_above_tp;
     int32_t d_live;
     int32_t d_draft;
     int32_t d_committed;
     int32_t d_used;
-    int32_t need;
     int32_t supply;
     int32_t before;
     bool ok;
@@ -493,11 +498,12 @@ struct Frame_kv_manage {
     int32_t stalled_holder;
     int32_t first;
     int32_t keep;
-    int32_t freed;
     int32_t push_at;
     int32_t pushed;
     int32_t popped;
     int32_t slot;
+    int32_t t;
+    int32_t held;
     int32_t released_committed;
     int32_t own_committed;
     int32_t own_draft;
@@ -530,25 +536,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
         r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
-        [[maybe_unused]] int32_t lost = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if (k >= r.kv_held) {
-                break;
-            }
-            [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 88, pg, 16384)] != r.kv_gens[k]);
-            if (err.code) return err;
-            if (xl_c1) {
-                r.kv_pages[k] = -1;
-                lost = xl_add(lost, 1);
-            }
-        }
-        if (lost > 0) {
-            r.kv_misses = xl_add(r.kv_misses, 1);
-            r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
-        } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
-            r.kv_hits = xl_add(r.kv_hits, 1);
-        }
         [[maybe_unused]] int32_t committed_tok = 0;
         [[maybe_unused]] int32_t total_tok = 0;
         if (r.state == ReqState::PREFILL_READY) {
@@ -573,7 +560,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         r.kv_want = tp;
         [[maybe_unused]] bool graft_wait = false;
         if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
-            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 126, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
+            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 107, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (err.code) return err;
             if (g > 0) {
                 for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
@@ -584,7 +571,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 134, sh.page_slot[xl_p], 256);
+                                const int32_t xl_i = xl_idx(err, 1, 115, sh.page_slot[xl_p], 256);
                                 if (err.code) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -604,12 +591,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 149, r.kv_pages[k], 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 130, r.kv_pages[k], 16384);
                             if (err.code) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 150, r.kv_pages[k], 16384)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 131, r.kv_pages[k], 16384)];
                             const int32_t xl_i = k;
                             if (err.code) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -620,40 +607,60 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_held = run;
             }
         }
+        [[maybe_unused]] bool look_for_lost = (sh.kv_evictions != r.kv_seen_evictions);
+        r.kv_seen_evictions = sh.kv_evictions;
+        [[maybe_unused]] int32_t lost = 0;
         [[maybe_unused]] int32_t missing_committed = 0;
+        [[maybe_unused]] int32_t need = 0;
+        [[maybe_unused]] int32_t drafts = 0;
+        [[maybe_unused]] int32_t drafts_above_tp = 0;
         [[maybe_unused]] int32_t d_live = 0;
         [[maybe_unused]] int32_t d_draft = 0;
         [[maybe_unused]] int32_t d_committed = 0;
         [[maybe_unused]] int32_t d_used = 0;
         for (int32_t k = 0; k < 256; ++k) {
-            if (k >= cp) {
+            if ((k >= r.kv_held) && (k >= tp)) {
                 break;
             }
-            if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                missing_committed = xl_add(missing_committed, 1);
-            } else {
-                const bool xl_c2 = (k >= r.kv_borrowed) && (sh.page_kind[xl_idx(err, 1, 172, r.kv_pages[k], 16384)] == PageKind::DRAFT);
-                if (err.code) return err;
-                if (xl_c2) {
-                    {
-                        const int32_t xl_v = PageKind::COMMITTED;
-                        const int32_t xl_i = xl_idx(err, 1, 173, r.kv_pages[k], 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+            [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
+            const bool xl_c1 = ((pg >= 0) && look_for_lost) && (sh.page_gen[xl_idx(err, 1, 162, pg, 16384)] != r.kv_gens[k]);
+            if (err.code) return err;
+            if (xl_c1) {
+                r.kv_pages[k] = -1;
+                lost = xl_add(lost, 1);
+            } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
+                if (k < cp) {
+                    const bool xl_c2 = sh.page_kind[xl_idx(err, 1, 167, pg, 16384)] == PageKind::DRAFT;
+                    if (err.code) return err;
+                    if (xl_c2) {
+                        {
+                            const int32_t xl_v = PageKind::COMMITTED;
+                            const int32_t xl_i = xl_idx(err, 1, 168, pg, 16384);
+                            if (err.code) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                        }
+                        d_draft = xl_sub(d_draft, 1);
+                        d_committed = xl_add(d_committed, 1);
                     }
-                    d_draft = xl_sub(d_draft, 1);
-                    d_committed = xl_add(d_committed, 1);
+                } else {
+                    const bool xl_c3 = sh.page_kind[xl_idx(err, 1, 172, pg, 16384)] != PageKind::COMMITTED;
+                    if (err.code) return err;
+                    if (xl_c3) {
+                        drafts = xl_add(drafts, 1);
+                        drafts_above_tp = xl_add(drafts_above_tp, ((k >= tp) ? 1 : 0));
+                    }
                 }
             }
+            if (((k < r.kv_held) && (r.kv_pages[k] < 0)) || (k >= r.kv_held)) {
+                missing_committed = xl_add(missing_committed, ((k < cp) ? 1 : 0));
+                need = xl_add(need, (((k < tp) && (!graft_wait)) ? 1 : 0));
+            }
         }
-        [[maybe_unused]] int32_t need = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if ((k >= tp) || graft_wait) {
-                break;
-            }
-            if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                need = xl_add(need, 1);
-            }
+        if (lost > 0) {
+            r.kv_misses = xl_add(r.kv_misses, 1);
+            r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
+        } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
+            r.kv_hits = xl_add(r.kv_hits, 1);
         }
         [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool), sh.kv_fresh);
         {
@@ -665,18 +672,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         break;
     }
@@ -685,18 +695,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] bool ok = ((!graft_wait) && ((need == 0) || (xl_add(before, need) <= supply)));
@@ -711,18 +724,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -733,18 +749,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -758,18 +777,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -781,18 +803,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -807,18 +832,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -831,18 +859,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -858,18 +889,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -883,18 +917,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -902,63 +939,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t served = xl_frame.served;
         [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
         [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
-        if (ok) {
-            [[maybe_unused]] int32_t t = before;
-            for (int32_t k = 0; k < 256; ++k) {
-                if (k >= tp) {
-                    break;
-                }
-                if ((k >= r.kv_held) || (r.kv_pages[k] < 0)) {
-                    [[maybe_unused]] int32_t pg = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 207, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
-                    if (err.code) return err;
-                    t = xl_add(t, 1);
-                    {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 209, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 209, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = req_id;
-                        const int32_t xl_i = xl_idx(err, 1, 210, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = 1;
-                        const int32_t xl_i = xl_idx(err, 1, 211, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = k;
-                        const int32_t xl_i = xl_idx(err, 1, 212, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
-                    }
-                    {
-                        const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                        const int32_t xl_i = xl_idx(err, 1, 213, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
-                    }
-                    r.kv_pages[k] = pg;
-                    {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 215, pg, 16384)], 1);
-                        const int32_t xl_i = k;
-                        if (err.code) return err;
-                        r.kv_gens[xl_i] = xl_v;
-                    }
-                    d_live = xl_add(d_live, 1);
-                    if (k < cp) {
-                        d_committed = xl_add(d_committed, 1);
-                    } else {
-                        d_draft = xl_add(d_draft, 1);
-                    }
-                    r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
-                }
-            }
-        }
         [[maybe_unused]] int32_t keep = tp;
         if (!ok) {
             keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
@@ -973,20 +953,8 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_misses = xl_add(r.kv_misses, 1);
             }
         }
-        [[maybe_unused]] int32_t freed = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if (k >= r.kv_held) {
-                break;
-            }
-            [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            const bool xl_c3 = ((((k >= keep) && (pg >= 0)) && (k >= r.kv_borrowed)) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 248, pg, 16384)] != PageKind::COMMITTED);
-            if (err.code) return err;
-            if (xl_c3) {
-                freed = xl_add(freed, 1);
-            }
-        }
         {
-            const int32_t xl_v = freed;
+            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
@@ -994,18 +962,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -1014,7 +985,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.stalled_holder = stalled_holder;
         xl_frame.first = first;
         xl_frame.keep = keep;
-        xl_frame.freed = freed;
         break;
     }
     case 6: {
@@ -1022,18 +992,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -1042,10 +1015,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
         [[maybe_unused]] int32_t first = xl_frame.first;
         [[maybe_unused]] int32_t keep = xl_frame.keep;
-        [[maybe_unused]] int32_t freed = xl_frame.freed;
         [[maybe_unused]] int32_t push_at = xl_from_bits<int32_t>(xl_in);
         {
-            const int32_t xl_v = freed;
+            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
@@ -1053,18 +1025,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.pt = pt;
         xl_frame.pool = pool;
         xl_frame.pressured = pressured;
-        xl_frame.lost = lost;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.look_for_lost = look_for_lost;
+        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
+        xl_frame.need = need;
+        xl_frame.drafts = drafts;
+        xl_frame.drafts_above_tp = drafts_above_tp;
         xl_frame.d_live = d_live;
         xl_frame.d_draft = d_draft;
         xl_frame.d_committed = d_committed;
         xl_frame.d_used = d_used;
-        xl_frame.need = need;
         xl_frame.supply = supply;
         xl_frame.before = before;
         xl_frame.ok = ok;
@@ -1073,7 +1048,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.stalled_holder = stalled_holder;
         xl_frame.first = first;
         xl_frame.keep = keep;
-        xl_frame.freed = freed;
         xl_frame.push_at = push_at;
         break;
     }
@@ -1082,18 +1056,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool = xl_frame.pool;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
+        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
+        [[maybe_unused]] int32_t need = xl_frame.need;
+        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
         [[maybe_unused]] int32_t d_live = xl_frame.d_live;
         [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
@@ -1102,67 +1079,122 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
         [[maybe_unused]] int32_t first = xl_frame.first;
         [[maybe_unused]] int32_t keep = xl_frame.keep;
-        [[maybe_unused]] int32_t freed = xl_frame.freed;
         [[maybe_unused]] int32_t push_at = xl_frame.push_at;
         [[maybe_unused]] int32_t pushed = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] int32_t popped = xl_min(taken, sh.kv_free_top);
         [[maybe_unused]] int32_t slot = xl_add(xl_sub(sh.kv_free_top, popped), push_at);
+        [[maybe_unused]] int32_t t = before;
+        [[maybe_unused]] int32_t held = r.kv_held;
         [[maybe_unused]] int32_t released_committed = 0;
+        [[maybe_unused]] int32_t own_committed = 0;
+        [[maybe_unused]] int32_t own_draft = 0;
         for (int32_t k = 0; k < 256; ++k) {
-            if (k >= r.kv_held) {
+            if ((k >= held) && (k >= tp)) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = r.kv_pages[k];
+            [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
+            if ((ok && (k < tp)) && (pg < 0)) {
+                {
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 234, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    if (err.code) return err;
+                    pg = xl_v;
+                }
+                t = xl_add(t, 1);
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 236, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 236, pg, 16384);
+                    if (err.code) return err;
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = req_id;
+                    const int32_t xl_i = xl_idx(err, 1, 237, pg, 16384);
+                    if (err.code) return err;
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = 1;
+                    const int32_t xl_i = xl_idx(err, 1, 238, pg, 16384);
+                    if (err.code) return err;
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = k;
+                    const int32_t xl_i = xl_idx(err, 1, 239, pg, 16384);
+                    if (err.code) return err;
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
+                }
+                {
+                    const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
+                    const int32_t xl_i = xl_idx(err, 1, 240, pg, 16384);
+                    if (err.code) return err;
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                }
+                r.kv_pages[k] = pg;
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 242, pg, 16384)], 1);
+                    const int32_t xl_i = k;
+                    if (err.code) return err;
+                    r.kv_gens[xl_i] = xl_v;
+                }
+                d_live = xl_add(d_live, 1);
+                if (k < cp) {
+                    d_committed = xl_add(d_committed, 1);
+                } else {
+                    d_draft = xl_add(d_draft, 1);
+                }
+                r.kv_held = xl_max(r.kv_held, xl_add(k, 1));
+            }
             if ((k >= keep) && (pg >= 0)) {
                 if (k >= r.kv_borrowed) {
                     r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 267, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 268, pg, 16384)] != PageKind::COMMITTED);
+                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 256, pg, 16384)] != PageKind::COMMITTED);
                 if (err.code) return err;
                 if (xl_c4) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 271, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 271, pg, 16384);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 259, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 259, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 272, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 260, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 261, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c5 = sh.page_used[xl_idx(err, 1, 274, pg, 16384)] != 0;
+                    const bool xl_c5 = sh.page_used[xl_idx(err, 1, 262, pg, 16384)] != 0;
                     if (err.code) return err;
                     if (xl_c5) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 275, pg, 16384)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 263, pg, 16384)]);
                             if (err.code) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 276, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 264, pg, 16384);
                             if (err.code) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 278, slot, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 266, slot, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1173,13 +1205,75 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 285, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384);
                             if (err.code) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                 }
                 r.kv_pages[k] = -1;
+            } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
+                if (ok) {
+                    {
+                        const int32_t xl_v = now;
+                        const int32_t xl_i = xl_idx(err, 1, 279, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                const bool xl_c6 = (bool)sh.page_pinned[xl_idx(err, 1, 282, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                if (err.code) return err;
+                if (xl_c6) {
+                    {
+                        const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                        const int32_t xl_i = xl_idx(err, 1, 283, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                const bool xl_c7 = sh.page_prio[xl_idx(err, 1, 285, pg, 16384)] != r.priority;
+                if (err.code) return err;
+                if (xl_c7) {
+                    {
+                        const int32_t xl_v = r.priority;
+                        const int32_t xl_i = xl_idx(err, 1, 286, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                const bool xl_c8 = sh.page_ema[xl_idx(err, 1, 288, pg, 16384)] != r.ema_acceptance_rate;
+                if (err.code) return err;
+                if (xl_c8) {
+                    {
+                        const float xl_v = r.ema_acceptance_rate;
+                        const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 291, pg, 16384)] == PageKind::COMMITTED));
+                if (err.code) return err;
+                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+                const bool xl_c9 = in_page != sh.page_used[xl_idx(err, 1, 293, pg, 16384)];
+                if (err.code) return err;
+                if (xl_c9) {
+                    {
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 294, pg, 16384)]));
+                        if (err.code) return err;
+                        d_used = xl_v;
+                    }
+                    {
+                        const int32_t xl_v = in_page;
+                        const int32_t xl_i = xl_idx(err, 1, 295, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    }
+                }
+                if (committed) {
+                    own_committed = xl_add(own_committed, 1);
+                } else {
+                    own_draft = xl_add(own_draft, 1);
+                }
             }
         }
         if (released_committed > 0) {
@@ -1207,84 +1301,13 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (err.code) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c6 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
+            const bool xl_c10 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (err.code) return err;
-            if (xl_c6) {
+            if (xl_c10) {
                 {
                     const int32_t xl_v = now;
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
-                }
-            }
-        }
-        [[maybe_unused]] int32_t own_committed = 0;
-        [[maybe_unused]] int32_t own_draft = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if (k >= r.kv_held) {
-                break;
-            }
-            [[maybe_unused]] int32_t pg = r.kv_pages[k];
-            if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                if (ok) {
-                    {
-                        const int32_t xl_v = now;
-                        const int32_t xl_i = xl_idx(err, 1, 316, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c7 = (bool)sh.page_pinned[xl_idx(err, 1, 319, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                if (err.code) return err;
-                if (xl_c7) {
-                    {
-                        const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                        const int32_t xl_i = xl_idx(err, 1, 320, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c8 = sh.page_prio[xl_idx(err, 1, 322, pg, 16384)] != r.priority;
-                if (err.code) return err;
-                if (xl_c8) {
-                    {
-                        const int32_t xl_v = r.priority;
-                        const int32_t xl_i = xl_idx(err, 1, 323, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c9 = sh.page_ema[xl_idx(err, 1, 325, pg, 16384)] != r.ema_acceptance_rate;
-                if (err.code) return err;
-                if (xl_c9) {
-                    {
-                        const float xl_v = r.ema_acceptance_rate;
-                        const int32_t xl_i = xl_idx(err, 1, 326, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 328, pg, 16384)] == PageKind::COMMITTED));
-                if (err.code) return err;
-                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c10 = in_page != sh.page_used[xl_idx(err, 1, 330, pg, 16384)];
-                if (err.code) return err;
-                if (xl_c10) {
-                    {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 331, pg, 16384)]));
-                        if (err.code) return err;
-                        d_used = xl_v;
-                    }
-                    {
-                        const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 332, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                if (committed) {
-                    own_committed = xl_add(own_committed, 1);
-                } else {
-                    own_draft = xl_add(own_draft, 1);
                 }
             }
         }
@@ -1343,7 +1366,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:372: collective kv_collect
+// stages/kv.xl:348: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1398,7 +1421,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 375, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 351, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (err.code) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1406,7 +1429,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 382, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 382, pg, 16384)] != PageKind::FREE);
+            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 358, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 358, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1454,35 +1477,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 394, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 394, pg, 16384)] != PageKind::FREE);
+            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 370, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 370, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 395, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 395, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 371, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 371, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 372, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 397, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 373, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 398, pg, 16384)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 374, pg, 16384)]);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 399, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 375, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1498,7 +1521,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 402, slot, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 378, slot, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1525,7 +1548,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:415: arbiter kv_evict
+// stages/kv.xl:391: arbiter kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (r.kv_evict_want > 0));
 }
@@ -1544,7 +1567,7 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
             }
             [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
             if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] < sh.kv_tick)) {
-                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 429, best, 16384)], sh.page_ema[xl_idx(err, 2, 429, best, 16384)], sh.page_last_use[xl_idx(err, 3, 429, best, 16384)]);
+                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 405, best, 16384)], sh.page_ema[xl_idx(err, 2, 405, best, 16384)], sh.page_last_use[xl_idx(err, 3, 405, best, 16384)]);
                 if (err.code) return err;
                 if (xl_c1) {
                     best = xl_p;
@@ -1555,37 +1578,37 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
             break;
         }
         {
-            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 438, best, 16384)], 1);
-            const int32_t xl_i = xl_idx(err, 2, 438, best, 16384);
+            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 414, best, 16384)], 1);
+            const int32_t xl_i = xl_idx(err, 2, 414, best, 16384);
             if (err.code) return err;
             sh.page_gen[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = PageKind::FREE;
-            const int32_t xl_i = xl_idx(err, 1, 439, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 415, best, 16384);
             if (err.code) return err;
             sh.page_kind[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = -1;
-            const int32_t xl_i = xl_idx(err, 1, 440, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 416, best, 16384);
             if (err.code) return err;
             sh.page_owner[xl_i] = xl_v;
         }
         {
             const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 441, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 417, best, 16384);
             if (err.code) return err;
             sh.page_refs[xl_i] = xl_v;
         }
         {
-            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 442, best, 16384)]);
+            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 418, best, 16384)]);
             if (err.code) return err;
             sh.kv_used_tokens = xl_v;
         }
         {
             const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 443, best, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 419, best, 16384);
             if (err.code) return err;
             sh.page_used[xl_i] = xl_v;
         }
@@ -1593,7 +1616,7 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
         sh.kv_live = xl_sub(sh.kv_live, 1);
         {
             const int32_t xl_v = best;
-            const int32_t xl_i = xl_idx(err, 1, 446, sh.kv_free_top, 16384);
+            const int32_t xl_i = xl_idx(err, 1, 422, sh.kv_free_top, 16384);
             if (err.code) return err;
             sh.kv_free_stack[xl_i] = xl_v;
         }
@@ -1603,6 +1626,7 @@ XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t 
         } else {
             sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
         }
+        sh.kv_evictions = xl_add(sh.kv_evictions, 1);
     }
     r.kv_evict_want = 0;
     return err;
@@ -1748,7 +1772,7 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
-    case 6:  // stages/kv.xl:415
+    case 6:  // stages/kv.xl:391
         if (guard_kv_evict(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
             err = stage_kv_evict(r, sh, p, req_id);
         }
@@ -1893,7 +1917,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
     return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:372: collective stage kv_collect for the active requests with keep[i] == 2, by
+// stages/kv.xl:348: collective stage kv_collect for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -1943,7 +1967,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 372, 0});
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 348, 0});
             keep[i] = 0;
         }
     }

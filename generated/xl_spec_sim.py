@@ -71,16 +71,16 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_evict_want', 'kv_evict_recomputes', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_evict_want', 'kv_evict_recomputes', 'kv_seen_evictions', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictions', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_evict_want', 'kv_evict_want', 'i', 1, False), ('kv_evict_recomputes', 'kv_evict_recomputes', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False)]
+REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_evict_want', 'kv_evict_want', 'i', 1, False), ('kv_evict_recomputes', 'kv_evict_recomputes', 'u', 1, False), ('kv_seen_evictions', 'kv_seen_evictions', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictions', 'kv_evictions', 'i', 1, False)]
 
 
 def init_request(req_id, p):
@@ -123,6 +123,7 @@ def init_request(req_id, p):
     r.kv_forced_pressure = False
     r.kv_evict_want = 0
     r.kv_evict_recomputes = False
+    r.kv_seen_evictions = 0
     r.kv_oversize = False
     r.kv_hits = 0
     r.kv_misses = 0
@@ -161,6 +162,7 @@ def init_shared(p):
     sh.kv_evict_recompute = 0
     sh.kv_yields = 0
     sh.kv_pending = 0
+    sh.kv_evictions = 0
     return sh
 
 
@@ -237,7 +239,7 @@ def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
     return (use_a < use_b)
 
 
-# stages/kv.xl:366
+# stages/kv.xl:342
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -346,29 +348,16 @@ def stage_kv_manage(r, sh, p, xw):
         r.kv_forced_pressure = ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE)
     pressured = (r.kv_forced_pressure or (f32(float(sh.kv_live)) > f32(p.kv_pressure_threshold * f32(float(pool)))))
     r.req_flags = ((r.req_flags | ReqFlag.KV_PRESSURE) if pressured else (r.req_flags & 6))
-    lost = 0
-    for k in range(0, 256):
-        if (k >= r.kv_held):
-            break
-        pg = r.kv_pages[k]
-        if ((pg >= 0) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:88
-            r.kv_pages[k] = -1
-            lost = wrap_i32(lost + 1)
-    if (lost > 0):
-        r.kv_misses = wrap_i32(r.kv_misses + 1)
-        r.kv_miss_pages = wrap_i32(r.kv_miss_pages + lost)
-    elif ((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)):
-        r.kv_hits = wrap_i32(r.kv_hits + 1)
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:105
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:86
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:111
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:112
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:92
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:93
     if ((tp > MAX_REQ_PAGES) or (tp > pool)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -377,14 +366,14 @@ def stage_kv_manage(r, sh, p, xw):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:126
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:107
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:134
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:115
                     else:
                         graft_wait = True
             run = 0
@@ -395,30 +384,45 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:149
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:150
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:130
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:131
             r.kv_borrowed = run
             r.kv_held = run
+    look_for_lost = (sh.kv_evictions != r.kv_seen_evictions)
+    r.kv_seen_evictions = sh.kv_evictions
+    lost = 0
     missing_committed = 0
+    need = 0
+    drafts = 0
+    drafts_above_tp = 0
     d_live = 0
     d_draft = 0
     d_committed = 0
     d_used = 0
     for k in range(0, 256):
-        if (k >= cp):
+        if ((k >= r.kv_held) and (k >= tp)):
             break
-        if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
-            missing_committed = wrap_i32(missing_committed + 1)
-        elif ((k >= r.kv_borrowed) and (sh.page_kind[check_index(r.kv_pages[k], 16384)] == PageKind.DRAFT)):  # @xl:172
-            xw.put('page_kind', PageKind.COMMITTED, check_index(r.kv_pages[k], 16384))  # @xl:173
-            d_draft = wrap_i32(d_draft - 1)
-            d_committed = wrap_i32(d_committed + 1)
-    need = 0
-    for k in range(0, 256):
-        if ((k >= tp) or graft_wait):
-            break
-        if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
-            need = wrap_i32(need + 1)
+        pg = (r.kv_pages[k] if (k < r.kv_held) else -1)
+        if (((pg >= 0) and look_for_lost) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:162
+            r.kv_pages[k] = -1
+            lost = wrap_i32(lost + 1)
+        elif ((pg >= 0) and (k >= r.kv_borrowed)):
+            if (k < cp):
+                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:167
+                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384))  # @xl:168
+                    d_draft = wrap_i32(d_draft - 1)
+                    d_committed = wrap_i32(d_committed + 1)
+            elif (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED):  # @xl:172
+                drafts = wrap_i32(drafts + 1)
+                drafts_above_tp = wrap_i32(drafts_above_tp + (1 if (k >= tp) else 0))
+        if (((k < r.kv_held) and (r.kv_pages[k] < 0)) or (k >= r.kv_held)):
+            missing_committed = wrap_i32(missing_committed + (1 if (k < cp) else 0))
+            need = wrap_i32(need + (1 if ((k < tp) and (not graft_wait)) else 0))
+    if (lost > 0):
+        r.kv_misses = wrap_i32(r.kv_misses + 1)
+        r.kv_miss_pages = wrap_i32(r.kv_miss_pages + lost)
+    elif ((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)):
+        r.kv_hits = wrap_i32(r.kv_hits + 1)
     supply = wrap_i32(wrap_i32(sh.kv_free_top + pool) - sh.kv_fresh)
     before = yield ('scan', 'i', need)
     ok = ((not graft_wait) and ((need == 0) or (wrap_i32(before + need) <= supply)))
@@ -428,27 +432,6 @@ def stage_kv_manage(r, sh, p, xw):
     served = yield ('count', 'u', ok)
     stalled_holder = yield ('min_of', 'i', (r.xl_id if ((not ok) and (r.kv_held > 0)) else 2147483647))
     first = yield ('argmin', 'i', r.xl_id)
-    if ok:
-        t = before
-        for k in range(0, 256):
-            if (k >= tp):
-                break
-            if ((k >= r.kv_held) or (r.kv_pages[k] < 0)):
-                pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:207
-                t = wrap_i32(t + 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:209
-                xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:210
-                xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:211
-                xw.put('page_slot', k, check_index(pg, 16384))  # @xl:212
-                xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:213
-                r.kv_pages[k] = pg
-                r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:215
-                d_live = wrap_i32(d_live + 1)
-                if (k < cp):
-                    d_committed = wrap_i32(d_committed + 1)
-                else:
-                    d_draft = wrap_i32(d_draft + 1)
-                r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
     keep = tp
     if (not ok):
         keep = (r.kv_borrowed if (r.state == ReqState.PREFILL_READY) else max_(cp, r.kv_borrowed))
@@ -457,42 +440,73 @@ def stage_kv_manage(r, sh, p, xw):
             keep = 0
             xw.add('kv_yields', 1, wrap_i32)
             r.kv_misses = wrap_i32(r.kv_misses + 1)
-    freed = 0
-    for k in range(0, 256):
-        if (k >= r.kv_held):
-            break
-        pg = r.kv_pages[k]
-        if (((((k >= keep) and (pg >= 0)) and (k >= r.kv_borrowed)) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:248
-            freed = wrap_i32(freed + 1)
-    push_at = yield ('scan', 'i', freed)
-    pushed = yield ('sum', 'i', freed)
+    push_at = yield ('scan', 'i', (drafts_above_tp if ok else drafts))
+    pushed = yield ('sum', 'i', (drafts_above_tp if ok else drafts))
     popped = min_(taken, sh.kv_free_top)
     slot = wrap_i32(wrap_i32(sh.kv_free_top - popped) + push_at)
+    t = before
+    held = r.kv_held
     released_committed = 0
+    own_committed = 0
+    own_draft = 0
     for k in range(0, 256):
-        if (k >= r.kv_held):
+        if ((k >= held) and (k >= tp)):
             break
-        pg = r.kv_pages[k]
+        pg = (r.kv_pages[k] if (k < held) else -1)
+        if ((ok and (k < tp)) and (pg < 0)):
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:234
+            t = wrap_i32(t + 1)
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:236
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:237
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:238
+            xw.put('page_slot', k, check_index(pg, 16384))  # @xl:239
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:240
+            r.kv_pages[k] = pg
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:242
+            d_live = wrap_i32(d_live + 1)
+            if (k < cp):
+                d_committed = wrap_i32(d_committed + 1)
+            else:
+                d_draft = wrap_i32(d_draft + 1)
+            r.kv_held = max_(r.kv_held, wrap_i32(k + 1))
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:267
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:268
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:255
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:256
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:271
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:272
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:273
-                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:274
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:275
-                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:276
-                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:278
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:259
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:260
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:261
+                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:262
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:263
+                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:264
+                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:266
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:285
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:273
             r.kv_pages[k] = -1
+        elif ((pg >= 0) and (k >= r.kv_borrowed)):
+            if ok:
+                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:279
+            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:282
+                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:283
+            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:285
+                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:286
+            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:288
+                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:289
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:291
+            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
+            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:293
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:294
+                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:295
+            if committed:
+                own_committed = wrap_i32(own_committed + 1)
+            else:
+                own_draft = wrap_i32(own_draft + 1)
     if (released_committed > 0):
         xw.add('kv_pending', released_committed, wrap_i32)
     r.kv_held = min_(r.kv_held, keep)
@@ -501,32 +515,8 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:300
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:313
             xw.put('kv_last_progress', now)
-    own_committed = 0
-    own_draft = 0
-    for k in range(0, 256):
-        if (k >= r.kv_held):
-            break
-        pg = r.kv_pages[k]
-        if ((pg >= 0) and (k >= r.kv_borrowed)):
-            if ok:
-                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:316
-            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:319
-                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:320
-            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:322
-                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:323
-            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:325
-                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:326
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:328
-            in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:330
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:331
-                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:332
-            if committed:
-                own_committed = wrap_i32(own_committed + 1)
-            else:
-                own_draft = wrap_i32(own_draft + 1)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
     if (d_live != 0):
@@ -550,7 +540,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:372: collective kv_collect
+# stages/kv.xl:348: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -558,13 +548,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:375
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:351
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:382
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:358
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -573,22 +563,22 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:394
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:395
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:396
-            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:397
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:398
-            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:399
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:370
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:371
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:372
+            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:373
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:374
+            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:375
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:402
+            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:378
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:415: arbiter kv_evict
+# stages/kv.xl:391: arbiter kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (r.kv_evict_want > 0))
 
@@ -604,24 +594,25 @@ def stage_kv_evict(r, sh, p):
                 break
             o = sh.page_owner[xl_p]
             if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] < sh.kv_tick)):
-                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:429
+                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:405
                     best = xl_p
         if (best < 0):
             break
-        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:438
-        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:439
-        sh.page_owner[check_index(best, 16384)] = -1  # @xl:440
-        sh.page_refs[check_index(best, 16384)] = 0  # @xl:441
-        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:442
-        sh.page_used[check_index(best, 16384)] = 0  # @xl:443
+        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:414
+        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:415
+        sh.page_owner[check_index(best, 16384)] = -1  # @xl:416
+        sh.page_refs[check_index(best, 16384)] = 0  # @xl:417
+        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:418
+        sh.page_used[check_index(best, 16384)] = 0  # @xl:419
         sh.kv_committed = wrap_i32(sh.kv_committed - 1)
         sh.kv_live = wrap_i32(sh.kv_live - 1)
-        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:446
+        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:422
         sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
         if r.kv_evict_recomputes:
             sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
         else:
             sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
+        sh.kv_evictions = wrap_i32(sh.kv_evictions + 1)
     r.kv_evict_want = 0
 
 
@@ -637,7 +628,7 @@ STAGES = [
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 70),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 372),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 415),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 348),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 391),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]
