@@ -208,7 +208,8 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
     const int warp = (int)(threadIdx.x >> 5);
     for (int32_t start = 0; start < n_active; start += (int32_t)blockDim.x) {
         const int32_t i = start + (int32_t)threadIdx.x;
-        const bool mine = i < n_active && keep[i] == 2;
+        const bool mine = i < n_active && keep[i] == 2 &&
+                          arbiter_turn_possible(stage, reqs[active[i]], *sh, p, active[i]);
         const unsigned int ballot = __ballot_sync(0xFFFFFFFFu, mine);
         if (lane == 0) warp_counts[warp] = __popc(ballot);
         __syncthreads();
@@ -237,7 +238,11 @@ __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int3
     (void)xc;
     run_collective_kv_manage(reqs, sh, p, active, keep, n_active, round, sink, xc);
     run_collective_kv_collect(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    xl_arbiter_turns(6, reqs, sh, p, active, keep, n_active, round, sink, where);
+    {
+        XL_PROF_START();
+        xl_arbiter_turns(6, reqs, sh, p, active, keep, n_active, round, sink, where);
+        XL_PROF_MARK(6 * 32);
+    }
 }
 
 extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,

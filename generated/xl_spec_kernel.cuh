@@ -1819,6 +1819,23 @@ XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params&
     return false;
 }
 
+
+// Whether arbiter `stage_index` may run for this request: its guard's local part, which
+// no other request's turn can change, so the GPU evaluates it in parallel before the
+// serial turns and gives a turn only where it holds (or fails: the turn reports it).
+XL_DEVICE bool arbiter_turn_possible(int stage_index, const Request& r, const Shared& sh, const Params& p,
+                                     int32_t req_id) {
+    (void)r; (void)sh; (void)p; (void)req_id;
+    switch (stage_index) {
+    case 6: {
+        XlErr err = {0, 0, 0};
+        return ((p.kv_cache && (r.kv_evict_want > 0))) || err.code;
+    }
+    default:
+        return true;
+    }
+}
+
 XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<Frame_kv_manage*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
@@ -1831,6 +1848,7 @@ XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
 XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                                            int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
+    XL_PROF_START();
     int32_t any = 0;
     for (int32_t i = t; i < n; i += nt) {
         int32_t part = 0;
@@ -1849,6 +1867,7 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         any |= part;
     }
     if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
+    XL_PROF_MARK(4 * 32);  // marks: guards, then per segment: its code, its collective
     for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES; ++seg) {
         for (int32_t i = t; i < n; i += nt) {
             if (!xc.part[i]) continue;
@@ -1866,9 +1885,12 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
             xc.contrib[i] = out;
         }
         XL_BLOCK_SYNC();
+        XL_PROF_MARK(4 * 32 + 1 + 2 * seg);
         if (seg < XL_kv_manage_COLLECTIVES) xl_collective(xc, xl_kv_manage_op(seg), xl_kv_manage_word(seg), active, n);
+        XL_PROF_MARK(4 * 32 + 2 + 2 * seg);
     }
     xl_settle_all(xc, sh, n);
+    XL_PROF_MARK(4 * 32 + 30);
     for (int32_t i = t; i < n; i += nt) {
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
@@ -1883,6 +1905,7 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         }
     }
     XL_BLOCK_SYNC();
+    XL_PROF_MARK(4 * 32 + 31);
 }
 
 // The same stage for one request alone (fast mode, under the lock: one thread).
@@ -1925,6 +1948,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
 XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                                            int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
+    XL_PROF_START();
     int32_t any = 0;
     for (int32_t i = t; i < n; i += nt) {
         int32_t part = 0;
@@ -1943,6 +1967,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         any |= part;
     }
     if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
+    XL_PROF_MARK(5 * 32);  // marks: guards, then per segment: its code, its collective
     for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES; ++seg) {
         for (int32_t i = t; i < n; i += nt) {
             if (!xc.part[i]) continue;
@@ -1960,9 +1985,12 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
             xc.contrib[i] = out;
         }
         XL_BLOCK_SYNC();
+        XL_PROF_MARK(5 * 32 + 1 + 2 * seg);
         if (seg < XL_kv_collect_COLLECTIVES) xl_collective(xc, xl_kv_collect_op(seg), xl_kv_collect_word(seg), active, n);
+        XL_PROF_MARK(5 * 32 + 2 + 2 * seg);
     }
     xl_settle_all(xc, sh, n);
+    XL_PROF_MARK(5 * 32 + 30);
     for (int32_t i = t; i < n; i += nt) {
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
@@ -1972,6 +2000,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         }
     }
     XL_BLOCK_SYNC();
+    XL_PROF_MARK(5 * 32 + 31);
 }
 
 // The same stage for one request alone (fast mode, under the lock: one thread).

@@ -1,15 +1,21 @@
 """Per-round cost of the deterministic mega-kernel with the KV cache off and on (GPU).
 
-    python3 scripts/profile_kv_rounds.py        # on a GPU machine, after scripts/device_setup.sh
+    python3 scripts/profile_kv_rounds.py            # on a GPU machine, after scripts/device_setup.sh
+    python3 scripts/profile_kv_rounds.py phases     # also where phase 2's time goes (-DXL_PROFILE_PHASE2)
 
 B = 32 requests, 256 new tokens, prompts of 32-128 tokens. For each point: kernel time
 (median of 3 after a warm-up), rounds, and the median / p90 / max round from the
-kernel's own %globaltimer stamps, so a slow round shows up as such.
+kernel's own %globaltimer stamps, so a slow round shows up as such. With `phases`, the
+kernel is built with -DXL_PROFILE_PHASE2 (block 0's thread 0 sums the cycles between
+marks of phase 2: each collective stage's guards, segments, collectives, settling and
+traces; each arbiter's turns) and the cycles per round of each mark are printed.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 
 import numpy as np
 
@@ -17,8 +23,30 @@ from xlgen.build import load
 from xlgen.runtime import gpu
 from xlgen.workload import from_dict
 
+PHASES = sys.argv[1:] == ["phases"]
+if PHASES:
+    os.environ["XLGEN_NVRTC_OPTIONS"] = (os.environ.get("XLGEN_NVRTC_OPTIONS", "") + " -DXL_PROFILE_PHASE2").strip()
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()
+
+
+def phase_marks(rounds: int) -> str:
+    """The cycles per round of each phase-2 mark of the last run, by stage and mark."""
+    import cupy
+
+    prof = gpu.compile_module(compiled).module.get_global_var("xl_prof")
+    counts = np.zeros(256, dtype=np.uint64)
+    prof.copy_to_host(counts.ctypes.data, counts.nbytes)
+    prof.memset(0, counts.nbytes)
+    cupy.cuda.Device().synchronize()
+    names = {s.index: s.name for s in compiled.program.stages}
+    out = []
+    for mark in np.nonzero(counts)[0]:
+        stage, part = divmod(int(mark), 32)
+        what = {0: "guards/turns", 30: "settle", 31: "traces"}.get(part) or (
+            f"segment {(part - 1) // 2}" if part % 2 else f"collective {(part - 2) // 2}")
+        out.append(f"    {names.get(stage, stage)}.{what}: {counts[mark] / max(rounds, 1):,.0f} cycles/round")
+    return "\n".join(out)
 
 
 def workload(kv_pool=None, policy="asbs", acceptance=0.9, eviction_policy=0):
@@ -51,3 +79,5 @@ for label, w in POINTS.items():
     ms = statistics.median(times[1:])
     print(f"{label:42} {ms:9.3f} {r.rounds:6d} {ms * 1e3 / max(r.rounds, 1):8.1f} {np.median(stamps):7.1f} "
           f"{np.percentile(stamps, 90):7.1f} {stamps.max():7.1f}", flush=True)
+    if PHASES:
+        print(phase_marks(r.rounds * 4), flush=True)  # the counters summed over the 4 runs

@@ -346,20 +346,25 @@ class CppEmitter:
             "functions": [self.function(f) for f in p.functions],
             "stages": [self.stage(s, traced.get(s.name)) for s in p.stages],
             "phase2_conditions": self.phase2_conditions(),
+            "arbiter_conditions": [(s.index, self.local_condition(s.guard)) for s in p.arbiter_stages],
             "frame_words": collective_frame_words(p),
             "done": done,
             "done_reads_shared": ir.may_read_shared(p.done),
             "record_words": 4 + max(widths),
         }
 
+    def local_condition(self, guard: ir.Expr | None) -> str | None:
+        """A guard's local part (ir.local_condition) in C++; None: there is none."""
+        cond = ir.local_condition(guard)
+        return None if cond is None else self.statement_expr(cond, cond.loc.line)
+
     def phase2_conditions(self) -> list[str | None]:
-        """For arbiter_may_run: each phase-2 guard's local part (ir.local_condition) in C++,
-        up to the first guard without one (None: that stage may always run)."""
+        """For arbiter_may_run: each phase-2 guard's local part, up to the first guard
+        without one (None: that stage may always run)."""
         out = []
         for s in self.program.phase2_stages:
-            cond = ir.local_condition(s.guard)
-            out.append(None if cond is None else self.statement_expr(cond, cond.loc.line))
-            if cond is None:
+            out.append(self.local_condition(s.guard))
+            if out[-1] is None:
                 break
         return out
 

@@ -37,6 +37,8 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from .ir import COLLECTIVE_OPS
+
 SCALARS = ("i32", "u32", "f32", "bool")
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -226,10 +228,11 @@ class Generator:
     def pick(self, seq):
         return self.rng.choice(list(seq))
 
-    def fresh(self, prefix: str) -> str:
+    def fresh(self, prefix: str, avoid=()) -> str:
         """A new global-unique name: mostly `prefix` + a number, sometimes one of NASTY_NAMES."""
         if self.nasty and self.chance(0.25):
-            options = [n for n in NASTY_NAMES + self.derived if n not in self.used and n not in _NOT_NAMES]
+            options = [n for n in NASTY_NAMES + self.derived
+                       if n not in self.used and n not in _NOT_NAMES and n not in avoid]
             if options:
                 name = self.pick(options)
                 self.used.add(name)
@@ -835,7 +838,8 @@ class Generator:
 
     def program(self) -> str:
         # names of helpers and stages first, so that other names can collide with what they become
-        helper_names = [self.fresh("h") for _ in range(self.rng.randrange(1, 4))]
+        # (a function may not be named after a collective: `sum(x)` calls the collective)
+        helper_names = [self.fresh("h", avoid=COLLECTIVE_OPS) for _ in range(self.rng.randrange(1, 4))]
         kinds = ["stage"] * self.rng.randrange(2, 5) + ["arbiter"] * self.rng.choice([0, 1, 1, 2]) \
             + ["collective"] * self.rng.choice([0, 1, 1, 2])
         rest = kinds[1:]  # the first is the stage counting rounds; the others in any order

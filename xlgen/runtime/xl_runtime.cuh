@@ -264,6 +264,24 @@ XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const in
 #define XL_BLOCK_ANY(x) (x)
 #endif
 
+// -DXL_PROFILE_PHASE2 (GPU, an experiment: scripts/profile_kv_rounds.py): thread 0 adds the
+// clock cycles between marks of phase 2 into xl_prof[mark], read back by the host.
+#if XL_ON_GPU && defined(XL_PROFILE_PHASE2)
+__device__ unsigned long long xl_prof[256];
+#define XL_PROF_START() long long xl_prof_t = clock64()
+#define XL_PROF_MARK(mark)                                                                    \
+    do {                                                                                      \
+        if (threadIdx.x == 0) {                                                               \
+            const long long xl_prof_now = clock64();                                          \
+            atomicAdd(&xl_prof[(mark) & 255], (unsigned long long)(xl_prof_now - xl_prof_t)); \
+            xl_prof_t = xl_prof_now;                                                          \
+        }                                                                                     \
+    } while (0)
+#else
+#define XL_PROF_START() do { } while (0)
+#define XL_PROF_MARK(mark) do { } while (0)
+#endif
+
 enum { XL_SCAN = 0, XL_SUM = 1, XL_COUNT = 2, XL_MIN_OF = 3, XL_MAX_OF = 4, XL_ARGMIN = 5, XL_ARGMAX = 6 };
 enum { XL_WORD_I = 0, XL_WORD_U = 1, XL_WORD_F = 2 };
 
