@@ -7,18 +7,26 @@
 #pragma once
 #include "xl_runtime.cuh"
 
-// In per-request stages the request lives in the warp's shared memory and all
-// 32 lanes run the same code. Every lane computes the value; the warp syncs (no
-// lane may still be reading the old state for an earlier statement); lane 0
-// stores; the warp syncs again, so every lane reads what was stored. The CPU
-// build (and arbiters, run by one thread) store directly.
+// In per-request stages all 32 lanes of the request's warp run the same code.
+// Every lane computes the value; the warp syncs (no lane may still be reading the
+// old state for an earlier statement); lane 0 stores; the warp syncs again, so
+// every lane reads what was stored. Where the warp works on a shared-memory copy
+// of the request that it keeps across rounds (gpu.cu.j2, XL_REQUEST_IN_SHARED=2),
+// lane 0 also writes the store through to the request in global memory
+// (xl_twin_delta[warp] bytes away), so that copy is never stale and never copied
+// back. The CPU build (and arbiters, run by one thread) store directly.
 #if XL_ON_GPU
-#define XL_WARP_STORE(lhs, value)                            \
-    do {                                                     \
-        const auto xl_stored = (value);                      \
-        __syncwarp();                                        \
-        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
-        __syncwarp();                                        \
+__shared__ long long xl_twin_delta[32];  // per warp of the block; 0: no global twin
+#define XL_WARP_STORE(lhs, value)                                                                    \
+    do {                                                                                             \
+        const auto xl_stored = (value);                                                              \
+        __syncwarp();                                                                                \
+        if ((threadIdx.x & 31u) == 0u) {                                                             \
+            lhs = xl_stored;                                                                         \
+            const long long xl_d = xl_twin_delta[threadIdx.x >> 5];                                  \
+            if (xl_d != 0) *reinterpret_cast<decltype(&(lhs))>(reinterpret_cast<char*>(&(lhs)) + xl_d) = xl_stored; \
+        }                                                                                            \
+        __syncwarp();                                                                                \
     } while (0)
 #else
 #define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
