@@ -185,15 +185,13 @@ __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, u
                                                     bool copy = true) {
 #if XL_REQUEST_IN_SHARED
     if (copy) xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
-    if (lane == 0)
-        xl_twin_delta[threadIdx.x >> 5] =
-            XL_REQUEST_IN_SHARED == 2 ? reinterpret_cast<char*>(reqs + id) - reinterpret_cast<char*>(slot) : 0;
+    if (lane == 0) xl_twin[threadIdx.x >> 5] = XL_REQUEST_IN_SHARED == 2 ? static_cast<void*>(reqs + id) : nullptr;
     __syncwarp();
     return *reinterpret_cast<Request*>(slot);
 #else
     (void)slot;
     (void)copy;
-    if (lane == 0) xl_twin_delta[threadIdx.x >> 5] = 0;
+    if (lane == 0) xl_twin[threadIdx.x >> 5] = nullptr;
     __syncwarp();
     return reqs[id];
 #endif

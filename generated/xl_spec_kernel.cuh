@@ -13,18 +13,23 @@
 // every lane reads what was stored. Where the warp works on a shared-memory copy
 // of the request that it keeps across rounds (gpu.cu.j2, XL_REQUEST_IN_SHARED=2),
 // lane 0 also writes the store through to the request in global memory
-// (xl_twin_delta[warp] bytes away), so that copy is never stale and never copied
+// (xl_twin[warp]), so that copy is never stale and never copied
 // back. The CPU build (and arbiters, run by one thread) store directly.
 #if XL_ON_GPU
-__shared__ long long xl_twin_delta[32];  // per warp of the block; 0: no global twin
+// Per warp of the block: the request's global copy, or null. The store goes to that
+// base plus the field's offset in `r` (the stage's request parameter): a pointer made
+// from the shared slot's address would keep the slot's address space.
+__shared__ void* xl_twin[32];
 #define XL_WARP_STORE(lhs, value)                                                                    \
     do {                                                                                             \
         const auto xl_stored = (value);                                                              \
         __syncwarp();                                                                                \
         if ((threadIdx.x & 31u) == 0u) {                                                             \
             lhs = xl_stored;                                                                         \
-            const long long xl_d = xl_twin_delta[threadIdx.x >> 5];                                  \
-            if (xl_d != 0) *reinterpret_cast<decltype(&(lhs))>(reinterpret_cast<char*>(&(lhs)) + xl_d) = xl_stored; \
+            char* const xl_g = static_cast<char*>(xl_twin[threadIdx.x >> 5]);                        \
+            if (xl_g != nullptr)                                                                     \
+                *reinterpret_cast<decltype(&(lhs))>(                                                 \
+                    xl_g + (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
         }                                                                                            \
         __syncwarp();                                                                                \
     } while (0)
