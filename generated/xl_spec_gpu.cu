@@ -150,13 +150,6 @@ __device__ __forceinline__ bool xl_grid_sync(XlControl* ctl, const volatile int3
     return xl_grid_arrive(ctl, host_flags, epoch) && xl_grid_release(ctl, host_flags, epoch);
 }
 
-#ifndef XL_REQUEST_IN_SHARED
-// Where a warp's stages find its request: 0 in global memory; 1 a shared-memory copy,
-// copied in and back every round; 2 a shared-memory copy kept across rounds, every
-// store written through to global memory (XL_WARP_STORE).
-#define XL_REQUEST_IN_SHARED 0
-#endif
-
 // Copy a request between global memory and the warp's shared-memory slot. Each
 // lane loads a batch of words before storing any, so their latencies overlap
 // (5% of the benchmark's target point against a word-by-word loop).
@@ -185,14 +178,15 @@ __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, u
                                                     bool copy = true) {
 #if XL_REQUEST_IN_SHARED
     if (copy) xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
-    if (lane == 0) xl_twin[threadIdx.x >> 5] = XL_REQUEST_IN_SHARED == 2 ? static_cast<void*>(reqs + id) : nullptr;
+#if XL_REQUEST_IN_SHARED == 2
+    if (lane == 0) xl_twin[threadIdx.x >> 5] = reqs + id;
     __syncwarp();
+#endif
     return *reinterpret_cast<Request*>(slot);
 #else
     (void)slot;
     (void)copy;
-    if (lane == 0) xl_twin[threadIdx.x >> 5] = nullptr;
-    __syncwarp();
+    (void)lane;
     return reqs[id];
 #endif
 }

@@ -7,6 +7,13 @@
 #pragma once
 #include "xl_runtime.cuh"
 
+#ifndef XL_REQUEST_IN_SHARED
+// Where a warp's stages find its request (chosen in xlgen/runtime/gpu.py): 0 in global
+// memory; 1 a shared-memory copy, copied in and back every round; 2 a shared-memory
+// copy kept across rounds, every store written through to global memory.
+#define XL_REQUEST_IN_SHARED 0
+#endif
+
 // In per-request stages all 32 lanes of the request's warp run the same code.
 // Every lane computes the value; the warp syncs (no lane may still be reading the
 // old state for an earlier statement); lane 0 stores; the warp syncs again, so
@@ -15,10 +22,10 @@
 // lane 0 also writes the store through to the request in global memory
 // (xl_twin[warp]), so that copy is never stale and never copied
 // back. The CPU build (and arbiters, run by one thread) store directly.
-#if XL_ON_GPU
-// Per warp of the block: the request's global copy, or null. The store goes to that
-// base plus the field's offset in `r` (the stage's request parameter): a pointer made
-// from the shared slot's address would keep the slot's address space.
+#if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
+// Per warp of the block: the request's global copy. The store goes to that base plus
+// the field's offset in `r` (the stage's request parameter): a pointer made from the
+// shared slot's address would keep the slot's address space.
 __shared__ void* xl_twin[32];
 #define XL_WARP_STORE(lhs, value)                                                                    \
     do {                                                                                             \
@@ -26,12 +33,18 @@ __shared__ void* xl_twin[32];
         __syncwarp();                                                                                \
         if ((threadIdx.x & 31u) == 0u) {                                                             \
             lhs = xl_stored;                                                                         \
-            char* const xl_g = static_cast<char*>(xl_twin[threadIdx.x >> 5]);                        \
-            if (xl_g != nullptr)                                                                     \
-                *reinterpret_cast<decltype(&(lhs))>(                                                 \
-                    xl_g + (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
+            *reinterpret_cast<decltype(&(lhs))>(static_cast<char*>(xl_twin[threadIdx.x >> 5]) +     \
+                (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
         }                                                                                            \
         __syncwarp();                                                                                \
+    } while (0)
+#elif XL_ON_GPU
+#define XL_WARP_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        __syncwarp();                                        \
+        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
+        __syncwarp();                                        \
     } while (0)
 #else
 #define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
