@@ -173,7 +173,7 @@ __device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const 
 
 // The request a warp works on (XL_REQUEST_IN_SHARED). In global memory, its
 // stages' loads go through the L1 and lane 0's stores reach the other lanes through
-// __syncwarp. `copy` false: the warp's slot already holds it (mode 2 only).
+// __syncwarp. `copy` false: the warp's slot already holds it (modes 1 and 2).
 __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, uint32_t* slot, int lane,
                                                     bool copy = true) {
 #if XL_REQUEST_IN_SHARED
@@ -323,14 +323,14 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
     const int warps_per_block = (int)(blockDim.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * warps_per_block;
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     // Two lists of active request ids (this round's and the next), max_active each.
     const int32_t list_len = max_active < n_requests ? max_active : n_requests;
 
     unsigned int epoch = 0;  // grid barriers passed
-    // Mode 2: the request this warp's slot holds, current as of the end of round held_round.
+    // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round.
     int32_t held_id = -1, held_round = -1;
     if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, host_flags);
     if (!xl_grid_sync(ctl, host_flags, epoch)) return;
@@ -399,7 +399,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     (void)active_lists;
@@ -487,7 +487,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -509,7 +509,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -531,7 +531,7 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -553,7 +553,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // XL_REQUEST_IN_SHARED only
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;

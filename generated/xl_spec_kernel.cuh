@@ -9,19 +9,19 @@
 
 #ifndef XL_REQUEST_IN_SHARED
 // Where a warp's stages find its request (chosen in xlgen/runtime/gpu.py): 0 in global
-// memory; 1 a shared-memory copy, copied in and back every round; 2 a shared-memory
-// copy kept across rounds, every store written through to global memory.
+// memory; 1 a shared-memory copy, copied back every round; 2 a shared-memory copy,
+// every store written through to global memory instead. In 1 and 2 the copy in is
+// skipped while the warp keeps the request and no arbiter may have written it.
 #define XL_REQUEST_IN_SHARED 0
 #endif
 
 // In per-request stages all 32 lanes of the request's warp run the same code.
 // Every lane computes the value; the warp syncs (no lane may still be reading the
 // old state for an earlier statement); lane 0 stores; the warp syncs again, so
-// every lane reads what was stored. Where the warp works on a shared-memory copy
-// of the request that it keeps across rounds (gpu.cu.j2, XL_REQUEST_IN_SHARED=2),
-// lane 0 also writes the store through to the request in global memory
-// (xl_twin[warp]), so that copy is never stale and never copied
-// back. The CPU build (and arbiters, run by one thread) store directly.
+// every lane reads what was stored. With XL_REQUEST_IN_SHARED=2 lane 0 also writes
+// the store through to the request in global memory (xl_twin[warp]), so the
+// shared-memory copy is never copied back. The CPU build (and arbiters, run by one
+// thread) store directly.
 #if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
 // Per warp of the block: the request's global copy. The store goes to that base plus
 // the field's offset in `r` (the stage's request parameter): a pointer made from the

@@ -128,10 +128,10 @@ def compile_module(compiled) -> CompiledModule:
     return _MODULES[key]
 
 
-# Where a warp's stages keep its request (gpu.cu.j2, XL_REQUEST_IN_SHARED): 0 global
-# memory, 1 a shared-memory copy copied in and out every round, 2 a shared-memory copy
-# kept across rounds with stores written through. Measured A/B in docs/gpu.md.
-REQUEST_IN_SHARED = 0
+# Where a warp's stages keep its request (kernel.cuh.j2, XL_REQUEST_IN_SHARED): 0 global
+# memory; 1 a shared-memory copy, copied back every round; 2 a shared-memory copy with
+# every store written through. 1 measured fastest (A/B in docs/gpu.md).
+REQUEST_IN_SHARED = 1
 
 
 def experiment_options() -> tuple[str, ...]:
