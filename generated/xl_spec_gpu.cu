@@ -70,6 +70,9 @@ __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile X
 #ifndef XL_ROUND_BARRIERS
 #define XL_ROUND_BARRIERS 1  // 2: a full grid barrier on each side of phase 2 (the A/B reference)
 #endif
+#ifndef XL_KEEP_REQUEST_ON_CHIP
+#define XL_KEEP_REQUEST_ON_CHIP 1  // skip the copy in while a warp keeps its request (only arbiters write reqs[] in phase 2)
+#endif
 #ifndef XL_HOST_POLL_ROUNDS
 #define XL_HOST_POLL_ROUNDS 64  // block 0 reads the host's abort flag every this many rounds
 #endif
@@ -350,8 +353,10 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         for (int32_t i = gwarp; i < n_active; i += nwarps) {
             const int32_t id = active[i];
             // Only this warp writes request `id` this round; if it also ran it last round and
-            // no arbiter wrote it since (k != 2), the slot still holds it.
-            Request& r = xl_take_request(reqs, id, slot, lane, !(id == held_id && held_round == round - 1));
+            // no arbiter wrote it since (k != 2), the slot still holds it. Anything new in
+            // phase 2 that writes reqs[] must clear XL_KEEP_REQUEST_ON_CHIP (or mark k = 2).
+            const bool held = XL_KEEP_REQUEST_ON_CHIP && id == held_id && held_round == round - 1;
+            Request& r = xl_take_request(reqs, id, slot, lane, !held);
             if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
             const bool alive = run_request_stages(r, *sh, p, id, round, sink, lane == 0);
             __syncwarp();
