@@ -4,10 +4,10 @@
 // every request to completion. The grid is sized from the device; requests wait
 // in a queue and a warp that finishes one takes the next (continuous batching).
 //
-// Deterministic mode (xl_run_deterministic): rounds separated by grid
-// barriers; phase 1 runs the per-request stages, one warp per request; then one
-// thread runs the arbiters in request-id order, retires and admits. Traces equal
-// the simulator's bit for bit.
+// Deterministic mode (xl_run_deterministic): rounds separated by one grid
+// barrier each; phase 1 runs the per-request stages, one warp per request; then,
+// inside the barrier, block 0 runs the arbiters (one thread, in request-id
+// order), retires and admits. Traces equal the simulator's bit for bit.
 // Fast mode (xl_run_fast): no rounds; each warp runs its request to the end,
 // taking a global lock for arbiter stages. Only results are schedule-independent.
 //
@@ -64,48 +64,93 @@ __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile X
 #ifndef XL_BARRIER_MAX_SLEEP_NS
 #define XL_BARRIER_MAX_SLEEP_NS 256
 #endif
+#ifndef XL_BARRIER_SPIN
+#define XL_BARRIER_SPIN 64  // polls without __nanosleep before backing off
+#endif
+#ifndef XL_ROUND_BARRIERS
+#define XL_ROUND_BARRIERS 1  // 2: a full grid barrier on each side of phase 2 (the A/B reference)
+#endif
+#ifndef XL_KEEP_REQUEST_ON_CHIP
+#define XL_KEEP_REQUEST_ON_CHIP 1  // skip the copy in while a warp keeps its request (only arbiters write reqs[] in phase 2)
+#endif
+#ifndef XL_HOST_POLL_ROUNDS
+#define XL_HOST_POLL_ROUNDS 64  // block 0 reads the host's abort flag every this many rounds
+#endif
 
-// A grid-wide barrier (all blocks are co-resident: cooperative launch). Returns
-// false if the host asked to abort while this block waited.
-__device__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags) {
-    __shared__ int aborted;
-    if (gridDim.x == 1) {  // a batch that fits in one block needs no grid-wide barrier
-        __syncthreads();
-        if (threadIdx.x == 0) ctl->barrier_count += 1ull;
-        const bool go_on = ((volatile XlControl*)ctl)->aborted == 0;
-        __syncthreads();
-        return go_on;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        aborted = 0;
-        volatile unsigned int* generation = &ctl->barrier_generation;
-        const unsigned int mine = *generation;
-        __threadfence();
-        if (atomicAdd(&ctl->barrier_arrived, 1u) == gridDim.x - 1u) {
-            atomicExch(&ctl->barrier_arrived, 0u);
-            ctl->barrier_count += 1ull;
-            __threadfence();
-            atomicAdd((unsigned int*)generation, 1u);
-        } else {
-            unsigned int spins = 0;
-            unsigned int sleep_ns = 32;
-            while (*generation == mine) {
-                if ((++spins & 255u) == 0u && (xl_host_abort(host_flags) || ((volatile XlControl*)ctl)->aborted)) {
-                    aborted = 1;
-                    ctl->aborted = 1;
-                    break;
-                }
-                // Backing off keeps a long wait (block 0's serial arbiter turns) from
-                // flooding the L2 slice that holds `generation` with polls.
-                __nanosleep(sleep_ns);
-                if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
-            }
+__device__ __forceinline__ unsigned int xl_ld_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Thread 0's wait until `*word - target` is no longer negative (wrap-safe), polling
+// the abort flags. Short waits (the common round) poll back to back; a long one
+// (block 0's serial arbiter turns) backs off, so 131 pollers do not flood the L2
+// slice that holds `word` (polling every 32 ns made those turns 3x slower).
+__device__ __forceinline__ bool xl_wait_reach(const unsigned int* word, unsigned int target, XlControl* ctl,
+                                              const volatile int32_t* host_flags) {
+    unsigned int spins = 0, sleep_ns = 32;
+    while ((int)(xl_ld_acquire(word) - target) < 0) {
+        if ((++spins & 255u) == 0u && (xl_host_abort(host_flags) || xl_aborted(ctl))) {
+            ctl->aborted = 1;
+            return false;
         }
-        __threadfence();
+        if (spins > XL_BARRIER_SPIN) {
+            __nanosleep(sleep_ns);
+            if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
+        }
+    }
+    return true;
+}
+
+// The grid barrier, in two halves, led by block 0 (all blocks are co-resident:
+// cooperative launch). xl_grid_arrive: every other block adds one to an arrival
+// counter (one atomic, release) and goes on; block 0 waits until all have arrived
+// (acquire). xl_grid_release: block 0 bumps the generation (release); the others
+// wait for it (acquire). Between the two halves block 0 runs alone with everyone's
+// writes visible: phase 2 costs no barrier of its own. `epoch` counts the barriers
+// this block has passed (the same in every block). Both return false on abort.
+// With one block, __syncthreads is the whole barrier.
+__device__ __forceinline__ bool xl_grid_arrive(XlControl* ctl, const volatile int32_t* host_flags,
+                                               unsigned int epoch) {
+    __shared__ int ok;
+    __syncthreads();
+    if (gridDim.x == 1) return true;
+    if (threadIdx.x == 0) {
+        ok = 1;
+        if (blockIdx.x == 0) {
+            ok = xl_wait_reach(&ctl->barrier_arrived, (epoch + 1u) * (gridDim.x - 1u), ctl, host_flags);
+        } else {  // release: bar.sync made the block's writes this thread's to publish (CUTLASS's semaphore)
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(&ctl->barrier_arrived) : "memory");
+        }
     }
     __syncthreads();
-    return aborted == 0;
+    return ok != 0;
+}
+
+__device__ __forceinline__ bool xl_grid_release(XlControl* ctl, const volatile int32_t* host_flags,
+                                                unsigned int& epoch) {
+    __shared__ int ok;
+    __syncthreads();
+    epoch += 1u;  // every thread keeps its own copy, all equal
+    if (threadIdx.x == 0) {
+        ok = 1;
+        if (blockIdx.x == 0) {
+            ctl->barrier_count = epoch;  // a store, not a read-modify-write: no load on the critical path
+            if (gridDim.x > 1) {
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(&ctl->barrier_generation), "r"(epoch)
+                             : "memory");
+            }
+        } else {
+            ok = xl_wait_reach(&ctl->barrier_generation, epoch, ctl, host_flags);
+        }
+    }
+    __syncthreads();
+    return ok != 0;
+}
+
+__device__ __forceinline__ bool xl_grid_sync(XlControl* ctl, const volatile int32_t* host_flags, unsigned int& epoch) {
+    return xl_grid_arrive(ctl, host_flags, epoch) && xl_grid_release(ctl, host_flags, epoch);
 }
 
 // Copy a request between global memory and the warp's shared-memory slot. Each
@@ -127,6 +172,39 @@ __device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const 
         }
     }
     __syncwarp();
+}
+
+// The request a warp works on (XL_REQUEST_IN_SHARED). In global memory, its
+// stages' loads go through the L1 and lane 0's stores reach the other lanes through
+// __syncwarp. `copy` false: the warp's slot already holds it (modes 1 and 2).
+__device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, uint32_t* slot, int lane,
+                                                    bool copy = true) {
+#if XL_REQUEST_IN_SHARED
+    if (copy) xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
+#if XL_REQUEST_IN_SHARED == 2
+    if (lane == 0) xl_twin[threadIdx.x >> 5] = reqs + id;
+    __syncwarp();
+#endif
+    return *reinterpret_cast<Request*>(slot);
+#else
+    (void)slot;
+    (void)copy;
+    (void)lane;
+    return reqs[id];
+#endif
+}
+
+// Before anyone else may read reqs[id] (an arbiter, block 0, the next round).
+__device__ __forceinline__ void xl_put_request(Request* reqs, int32_t id, const uint32_t* slot, int lane) {
+    __syncwarp();
+#if XL_REQUEST_IN_SHARED == 1
+    xl_copy_words(reinterpret_cast<uint32_t*>(reqs + id), slot, lane);
+#else
+    (void)reqs;
+    (void)id;
+    (void)slot;
+    (void)lane;
+#endif
 }
 
 // Between rounds, block 0 keeps the requests still running (keep[i] != 0), in
@@ -176,12 +254,15 @@ __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, con
     __syncthreads();
     if (threadIdx.x == 0) {
         const int32_t total = kept + admit;
-        const int32_t round = new_round ? ctl->round + 1 : ctl->round;
-        if (ctl->round_end_ns != nullptr && round < ctl->round_end_cap) ctl->round_end_ns[round] = xl_clock_ns();
+        // Every load before the first store, so they travel together (one round trip, not four).
+        const int32_t old_round = ctl->round, parity = ctl->parity, cap = ctl->round_end_cap;
+        unsigned long long* const round_end_ns = ctl->round_end_ns;
+        const int32_t round = new_round ? old_round + 1 : old_round;
+        if (round_end_ns != nullptr && round < cap) round_end_ns[round] = xl_clock_ns();
         ctl->queue_head = head + admit;
         ctl->n_active = total;
         ctl->round = round;
-        ctl->parity ^= 1;
+        ctl->parity = parity ^ 1;
         if (total == 0) {
             ctl->finished = 1;
         } else if (round >= launch.max_rounds) {  // the watchdog: everything unfinished fails
@@ -190,8 +271,9 @@ __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, con
             for (int32_t id = head + admit; id < launch.n_requests; ++id) xl_emit_error(sink, id, round, XL_NO_STAGE, watchdog);
             ctl->finished = 1;
         }
-        if (xl_host_abort(host_flags)) ctl->aborted = 1;
-        __threadfence();
+        // A read of host memory costs about a microsecond; every spin-wait polls too.
+        if ((round % XL_HOST_POLL_ROUNDS) == 0 && xl_host_abort(host_flags)) ctl->aborted = 1;
+        // No fence: the barrier that follows publishes these writes (and a kernel boundary, in the baselines).
     }
     __syncthreads();
 }
@@ -258,23 +340,26 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
     const int warps_per_block = (int)(blockDim.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * warps_per_block;
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
-    volatile XlControl* vctl = ctl;
     // Two lists of active request ids (this round's and the next), max_active each.
     const int32_t list_len = max_active < n_requests ? max_active : n_requests;
     const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
 
+    unsigned int epoch = 0;  // grid barriers passed
+    // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round.
+    int32_t held_id = -1, held_round = -1;
     if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, host_flags);
-    if (!xl_grid_sync(ctl, host_flags)) return;
+    if (!xl_grid_sync(ctl, host_flags, epoch)) return;
     for (;;) {
-        if (vctl->finished || vctl->aborted) break;
-        const int32_t n_active = vctl->n_active;
-        const int32_t round = vctl->round;
-        const int32_t* active = active_lists + (vctl->parity ? list_len : 0);
-        int32_t* next = active_lists + (vctl->parity ? 0 : list_len);
+        // All five loads issued together (one round trip), plain loads: the barrier's
+        // acquire invalidated the L1, and in one block they hit it (block 0 wrote them).
+        const int32_t finished = ctl->finished, aborted = ctl->aborted, n_active = ctl->n_active;
+        const int32_t round = ctl->round, parity = ctl->parity;
+        if (finished | aborted) break;
+        const int32_t* active = active_lists + (parity ? list_len : 0);
+        int32_t* next = active_lists + (parity ? 0 : list_len);
         // Phase 1: per-request stages, one warp per request, in parallel. keep[i]:
         // 0 failed or retired; 1 running (retire check done); 2 takes an arbiter turn,
         // then the retire check; 3 no turn, but the retire check waits for the
@@ -282,8 +367,11 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         // the request after its stages, so the warp retires it itself when it can.
         for (int32_t i = gwarp; i < n_active; i += nwarps) {
             const int32_t id = active[i];
-            uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-            xl_copy_words(slot, global_words, lane);
+            // Only this warp writes request `id` this round; if it also ran it last round and
+            // no arbiter wrote it since (k != 2), the slot still holds it. Anything new in
+            // phase 2 that writes reqs[] must clear XL_KEEP_REQUEST_ON_CHIP (or mark k = 2).
+            const bool held = XL_KEEP_REQUEST_ON_CHIP && id == held_id && held_round == round - 1;
+            Request& r = xl_take_request(reqs, id, slot, lane, !held);
             if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
             const bool alive = run_request_stages(r, *sh, p, id, round, sink, lane == 0);
             __syncwarp();
@@ -293,14 +381,19 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
                 else if (XL_NUM_PHASE2 > 0 && XL_DONE_READS_SHARED) k = 3;
                 else k = retire_check(r, *sh, p, id, round, sink) == 0 ? 1 : 0;
             }
-            xl_copy_words(global_words, slot, lane);
+            xl_put_request(reqs, id, slot, lane);
             if (lane == 0) keep[i] = k;
+            held_id = __shfl_sync(0xFFFFFFFFu, k, 0) == 2 ? -1 : id;
+            held_round = round;
         }
-        if (!xl_grid_sync(ctl, host_flags)) return;
-        // Phase 2, in block 0 alone while the other blocks wait at the next barrier (two
-        // grid barriers per round, arbiters or not): the arbiters, by one thread in
-        // request-id order, and the collective stages, a thread per request, in declaration
-        // order; the retire checks, by the block's threads; admission.
+        // One grid barrier per round: block 0 waits for every block's arrival, runs
+        // phase 2 while the others wait, then releases them.
+        if (!xl_grid_arrive(ctl, host_flags, epoch)) return;
+        if (XL_ROUND_BARRIERS == 2 && !(xl_grid_release(ctl, host_flags, epoch) && xl_grid_arrive(ctl, host_flags, epoch))) return;
+        // Phase 2, in block 0 alone while the other blocks wait at the barrier: the
+        // arbiters, by one thread in request-id order, and the collective stages, a
+        // thread per request, in declaration order; the retire checks, by the block's
+        // threads; admission.
         if (blockIdx.x == 0) {
             if (XL_NUM_PHASE2 > 0) {
                 xl_phase2(reqs, sh, p, active, keep, n_active, round, sink, where, xc);
@@ -311,7 +404,7 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
             }
             xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
         }
-        if (!xl_grid_sync(ctl, host_flags)) return;
+        if (!xl_grid_release(ctl, host_flags, epoch)) return;
     }
 }
 
@@ -326,8 +419,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, 1);  // phase-2 stages run under the lock, one at a time
@@ -338,8 +430,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
         if (lane == 0) id = atomicAdd(&ctl->queue_head, 1);
         id = __shfl_sync(0xFFFFFFFFu, id, 0);
         if (id >= launch.n_requests) break;
-        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-        xl_copy_words(slot, global_words, lane);
+        Request& r = xl_take_request(reqs, id, slot, lane);
         bool alive = true;
         int32_t round = 0;
         while (alive) {
@@ -355,7 +446,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
             if (!run_request_stages(r, *sh, p, id, round, sink, lane == 0)) break;
             __syncwarp();
             if (XL_NUM_PHASE2 > 0 && arbiter_may_run(r, *sh, p, id)) {  // the same on every lane
-                xl_copy_words(global_words, slot, lane);
+                xl_put_request(reqs, id, slot, lane);
                 if (lane == 0) {  // arbiters and collective stages (alone) under a global lock
                     unsigned int spins = 0;
                     bool aborting = false;
@@ -375,7 +466,10 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
                 }
                 alive = __shfl_sync(0xFFFFFFFFu, alive ? 1 : 0, 0) != 0;
                 if (xl_aborted(ctl)) return;
-                xl_copy_words(slot, global_words, lane);
+                __syncwarp();  // lane 0's arbiter writes to reqs[id], before the other lanes read them
+#if XL_REQUEST_IN_SHARED
+                xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
+#endif
                 if (!alive) break;
             }
             int done = 0;
@@ -384,8 +478,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
             if (done != 0) break;
             ++round;
         }
-        __syncwarp();
-        xl_copy_words(global_words, slot, lane);
+        xl_put_request(reqs, id, slot, lane);
     }
 }
 
@@ -414,8 +507,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -424,11 +516,9 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     for (int32_t i = gwarp; i < n_active; i += nwarps) {
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
-        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-        xl_copy_words(slot, global_words, lane);
+        Request& r = xl_take_request(reqs, id, slot, lane);
         const bool alive = run_stage_prefill(r, *sh, p, id, round, sink, lane == 0);
-        __syncwarp();
-        xl_copy_words(global_words, slot, lane);
+        xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
 }
@@ -439,8 +529,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -449,11 +538,9 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     for (int32_t i = gwarp; i < n_active; i += nwarps) {
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
-        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-        xl_copy_words(slot, global_words, lane);
+        Request& r = xl_take_request(reqs, id, slot, lane);
         const bool alive = run_stage_decode(r, *sh, p, id, round, sink, lane == 0);
-        __syncwarp();
-        xl_copy_words(global_words, slot, lane);
+        xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
 }
@@ -464,8 +551,7 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -474,11 +560,9 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
     for (int32_t i = gwarp; i < n_active; i += nwarps) {
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
-        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-        xl_copy_words(slot, global_words, lane);
+        Request& r = xl_take_request(reqs, id, slot, lane);
         const bool alive = run_stage_spec_verify(r, *sh, p, id, round, sink, lane == 0);
-        __syncwarp();
-        xl_copy_words(global_words, slot, lane);
+        xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
 }
@@ -489,8 +573,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
-    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;
-    Request& r = *reinterpret_cast<Request*>(slot);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
@@ -499,11 +582,9 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     for (int32_t i = gwarp; i < n_active; i += nwarps) {
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
-        uint32_t* global_words = reinterpret_cast<uint32_t*>(reqs + id);
-        xl_copy_words(slot, global_words, lane);
+        Request& r = xl_take_request(reqs, id, slot, lane);
         const bool alive = run_stage_commit(r, *sh, p, id, round, sink, lane == 0);
-        __syncwarp();
-        xl_copy_words(global_words, slot, lane);
+        xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
 }

@@ -7,12 +7,38 @@
 #pragma once
 #include "xl_runtime.cuh"
 
-// In per-request stages the request lives in the warp's shared memory and all
-// 32 lanes run the same code. Every lane computes the value; the warp syncs (no
-// lane may still be reading the old state for an earlier statement); lane 0
-// stores; the warp syncs again, so every lane reads what was stored. The CPU
-// build (and arbiters, run by one thread) store directly.
-#if XL_ON_GPU
+#ifndef XL_REQUEST_IN_SHARED
+// Where a warp's stages find its request (chosen in xlgen/runtime/gpu.py): 0 in global
+// memory; 1 a shared-memory copy, copied back every round; 2 a shared-memory copy,
+// every store written through to global memory instead. In 1 and 2 the copy in is
+// skipped while the warp keeps the request and no arbiter may have written it.
+#define XL_REQUEST_IN_SHARED 0
+#endif
+
+// In per-request stages all 32 lanes of the request's warp run the same code.
+// Every lane computes the value; the warp syncs (no lane may still be reading the
+// old state for an earlier statement); lane 0 stores; the warp syncs again, so
+// every lane reads what was stored. With XL_REQUEST_IN_SHARED=2 lane 0 also writes
+// the store through to the request in global memory (xl_twin[warp]), so the
+// shared-memory copy is never copied back. The CPU build (and arbiters, run by one
+// thread) store directly.
+#if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
+// Per warp of the block: the request's global copy. The store goes to that base plus
+// the field's offset in `r` (the stage's request parameter): a pointer made from the
+// shared slot's address would keep the slot's address space.
+__shared__ void* xl_twin[32];
+#define XL_WARP_STORE(lhs, value)                                                                    \
+    do {                                                                                             \
+        const auto xl_stored = (value);                                                              \
+        __syncwarp();                                                                                \
+        if ((threadIdx.x & 31u) == 0u) {                                                             \
+            lhs = xl_stored;                                                                         \
+            *reinterpret_cast<decltype(&(lhs))>(static_cast<char*>(xl_twin[threadIdx.x >> 5]) +     \
+                (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
+        }                                                                                            \
+        __syncwarp();                                                                                \
+    } while (0)
+#elif XL_ON_GPU
 #define XL_WARP_STORE(lhs, value)                            \
     do {                                                     \
         const auto xl_stored = (value);                      \

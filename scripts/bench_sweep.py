@@ -108,7 +108,7 @@ for policy, gamma in (("asbs", 8), ("fixed", 4), ("fixed", 8)):
                                                                                        profile="STRUCTURED"))
 
 # What a round of the mega-kernel costs without work: a one-stage counter pipeline
-# at the grid sizes the sweeps use (2 grid barriers per round).
+# at the grid sizes the sweeps use (one grid barrier per round; one block for a batch that fits one).
 COUNTER = "pipeline counter\nparam rounds: i32 = 1000\nrequest { n: i32 }\nstage tick { n += 1 }\ndone when n >= rounds\n"
 counter = load_text(COUNTER, "counter.xl")
 round_cost = {}
@@ -123,7 +123,7 @@ for active in (1, 32, 1024):
         per[rounds] = (statistics.median(times[1:]), r.extra["timing"].grid)
     us = (per[3000][0] - per[1000][0]) * 1e3 / 2000
     round_cost[active] = {"us_per_round": us, "grid_blocks": per[3000][1]}
-    log(f"empty round, {active} requests: {us:.2f} us per round ({per[3000][1]} blocks, 2 barriers)")
+    log(f"empty round, {active} requests: {us:.2f} us per round ({per[3000][1]} blocks, 1 barrier)")
 results["empty_round_us"] = round_cost
 
 # The ballot verify: a pipeline that only verifies, REPS times per request per

@@ -113,8 +113,7 @@ def compile_module(compiled) -> CompiledModule:
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
-    # XLGEN_NVRTC_OPTIONS: extra options for experiments (e.g. -DXL_COPY_BATCH=1).
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + tuple(os.environ.get("XLGEN_NVRTC_OPTIONS", "").split())
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options()
     source = single_source(compiled)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
@@ -127,6 +126,36 @@ def compile_module(compiled) -> CompiledModule:
         cubin_path.write_bytes(cubin)
     _MODULES[key] = CompiledModule(cubin)
     return _MODULES[key]
+
+
+# Where a warp's stages keep its request (kernel.cuh.j2, XL_REQUEST_IN_SHARED): 0 global
+# memory; 1 a shared-memory copy, copied back every round; 2 a shared-memory copy with
+# every store written through. 1 measured fastest (A/B in docs/gpu.md).
+REQUEST_IN_SHARED = 1
+
+
+def experiment_options() -> tuple[str, ...]:
+    """XLGEN_NVRTC_OPTIONS: extra options for experiments (e.g. -DXL_ROUND_BARRIERS=2)."""
+    return tuple(os.environ.get("XLGEN_NVRTC_OPTIONS", "").split())
+
+
+def request_mode() -> int:
+    for option in experiment_options():
+        if option.startswith("-DXL_REQUEST_IN_SHARED="):
+            return int(option.split("=", 1)[1])
+    return REQUEST_IN_SHARED
+
+
+def kernel_options() -> tuple[str, ...]:
+    extra = experiment_options()
+    if not any(o.startswith("-DXL_REQUEST_IN_SHARED=") for o in extra):
+        extra = (f"-DXL_REQUEST_IN_SHARED={REQUEST_IN_SHARED}",) + extra
+    return extra
+
+
+def request_shared_bytes(request_bytes: int) -> int:
+    """Dynamic shared memory per block: a request slot per warp, unless requests stay in global memory."""
+    return (THREADS_PER_BLOCK // 32) * request_bytes if request_mode() else 0
 
 
 def _set_dynamic_shared(function, nbytes: int) -> None:
@@ -185,7 +214,8 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
     """As many blocks as fit on the device at once (the kernel is persistent), at least
     one per SM (requests are spread over the blocks first, so a small batch gets an SM
     per request: measured faster than packing 4 per SM, at no cost in barrier time), but
-    no more than the batch can use."""
+    no more than the batch can use. A batch that fits one block gets one block: its
+    rounds need no grid barrier (a warp per SM sub-partition, so no less compute)."""
     import cupy
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
@@ -196,6 +226,8 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
         per_sm = 4
     fit = max(1, sms * max(1, per_sm))
     wanted = -(-useful_warps // (THREADS_PER_BLOCK // 32))
+    if wanted <= 1:
+        return 1
     return max(1, min(fit, max(wanted, sms)))
 
 
@@ -227,7 +259,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     cu = compile_module(compiled)
     persistent = mode in ("deterministic", "fast")
     kernel = cu.get_function({"deterministic": "xl_run_deterministic", "fast": "xl_run_fast"}.get(mode, "xl_step_begin"))
-    shared_bytes = (THREADS_PER_BLOCK // 32) * req_dtype.itemsize
+    shared_bytes = request_shared_bytes(req_dtype.itemsize)
     _set_dynamic_shared(kernel, shared_bytes)
     blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode != "fast" else n)
     # Measured on an H200 (docs/benchmarks.md): packing a batch of 32 into one block of
