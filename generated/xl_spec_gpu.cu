@@ -320,11 +320,7 @@ __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int3
     (void)xc;
     run_collective_kv_manage(reqs, sh, p, active, keep, n_active, round, sink, xc);
     run_collective_kv_collect(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    {
-        XL_PROF_START();
-        xl_arbiter_turns(6, reqs, sh, p, active, keep, n_active, round, sink, where);
-        XL_PROF_MARK(6 * 32);
-    }
+    run_collective_kv_evict(reqs, sh, p, active, keep, n_active, round, sink, xc);
 }
 
 extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,

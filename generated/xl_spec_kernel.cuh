@@ -150,9 +150,6 @@ struct Request {
     int32_t kv_draft_pages;
     int32_t kv_prev_tick;
     uint32_t kv_forced_pressure;
-    int32_t kv_evict_want;
-    uint32_t kv_evict_recomputes;
-    int32_t kv_seen_evictions;
     uint32_t kv_oversize;
     int32_t kv_hits;
     int32_t kv_misses;
@@ -164,7 +161,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1324 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1321 * 4, "Request layout must match xlgen/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -191,13 +188,15 @@ struct Shared {
     int32_t kv_evict_recompute;
     int32_t kv_yields;
     int32_t kv_pending;
-    int32_t kv_evictions;
+    int32_t kv_evictor;
+    int32_t kv_evict_short;
+    uint32_t kv_evict_for_committed;
 };
-static_assert(sizeof(Shared) == 180237 * 4, "Shared layout must match xlgen/layout.py");
-constexpr int32_t XL_SHARED_WORDS = 180237;
+static_assert(sizeof(Shared) == 180239 * 4, "Shared layout must match xlgen/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 180239;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 36;
+constexpr int XL_FRAME_WORDS = 34;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -310,23 +309,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:58
-XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t policy, int32_t prio_a, float ema_a, int32_t use_a, int32_t prio_b, float ema_b, int32_t use_b) {
-    (void)xl_caller;
-    (void)p;
-    (void)xl_key;
-    if (policy == 1) {
-        if (prio_a != prio_b) {
-            return (prio_a < prio_b);
-        }
-        if (ema_a != ema_b) {
-            return (ema_a < ema_b);
-        }
-    }
-    return (use_a < use_b);
-}
-
-// stages/kv.xl:342
+// stages/kv.xl:324
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -490,7 +473,7 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
-// stages/kv.xl:70: collective kv_manage
+// stages/kv.xl:57: collective kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -506,8 +489,6 @@ struct Frame_kv_manage {
     int32_t cp;
     int32_t tp;
     bool graft_wait;
-    bool look_for_lost;
-    int32_t lost;
     int32_t missing_committed;
     int32_t need;
     int32_t drafts;
@@ -586,7 +567,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         r.kv_want = tp;
         [[maybe_unused]] bool graft_wait = false;
         if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
-            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 107, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
+            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 94, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (err.code) return err;
             if (g > 0) {
                 for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
@@ -597,7 +578,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 115, sh.page_slot[xl_p], 256);
+                                const int32_t xl_i = xl_idx(err, 1, 102, sh.page_slot[xl_p], 256);
                                 if (err.code) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -617,12 +598,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 130, r.kv_pages[k], 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 117, r.kv_pages[k], 16384);
                             if (err.code) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 131, r.kv_pages[k], 16384)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 118, r.kv_pages[k], 16384)];
                             const int32_t xl_i = k;
                             if (err.code) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -633,9 +614,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_held = run;
             }
         }
-        [[maybe_unused]] bool look_for_lost = (sh.kv_evictions != r.kv_seen_evictions);
-        r.kv_seen_evictions = sh.kv_evictions;
-        [[maybe_unused]] int32_t lost = 0;
         [[maybe_unused]] int32_t missing_committed = 0;
         [[maybe_unused]] int32_t need = 0;
         [[maybe_unused]] int32_t drafts = 0;
@@ -649,19 +627,14 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 break;
             }
             [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
-            const bool xl_c1 = ((pg >= 0) && look_for_lost) && (sh.page_gen[xl_idx(err, 1, 162, pg, 16384)] != r.kv_gens[k]);
-            if (err.code) return err;
-            if (xl_c1) {
-                r.kv_pages[k] = -1;
-                lost = xl_add(lost, 1);
-            } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
+            if ((pg >= 0) && (k >= r.kv_borrowed)) {
                 if (k < cp) {
-                    const bool xl_c2 = sh.page_kind[xl_idx(err, 1, 167, pg, 16384)] == PageKind::DRAFT;
+                    const bool xl_c1 = sh.page_kind[xl_idx(err, 1, 148, pg, 16384)] == PageKind::DRAFT;
                     if (err.code) return err;
-                    if (xl_c2) {
+                    if (xl_c1) {
                         {
                             const int32_t xl_v = PageKind::COMMITTED;
-                            const int32_t xl_i = xl_idx(err, 1, 168, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 149, pg, 16384);
                             if (err.code) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                         }
@@ -669,9 +642,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         d_committed = xl_add(d_committed, 1);
                     }
                 } else {
-                    const bool xl_c3 = sh.page_kind[xl_idx(err, 1, 172, pg, 16384)] != PageKind::COMMITTED;
+                    const bool xl_c2 = sh.page_kind[xl_idx(err, 1, 153, pg, 16384)] != PageKind::COMMITTED;
                     if (err.code) return err;
-                    if (xl_c3) {
+                    if (xl_c2) {
                         drafts = xl_add(drafts, 1);
                         drafts_above_tp = xl_add(drafts_above_tp, ((k >= tp) ? 1 : 0));
                     }
@@ -682,10 +655,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 need = xl_add(need, (((k < tp) && (!graft_wait)) ? 1 : 0));
             }
         }
-        if (lost > 0) {
-            r.kv_misses = xl_add(r.kv_misses, 1);
-            r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
-        } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
+        if (((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) && (missing_committed == 0)) {
             r.kv_hits = xl_add(r.kv_hits, 1);
         }
         [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool), sh.kv_fresh);
@@ -703,8 +673,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -726,8 +694,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -739,8 +705,23 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] bool ok = ((!graft_wait) && ((need == 0) || (xl_add(before, need) <= supply)));
-        r.kv_evict_want = (((((!ok) && (need > 0)) && (before <= supply)) && (r.state != ReqState::PREFILL_READY)) ? need : 0);
-        r.kv_evict_recomputes = (missing_committed > 0);
+        if ((((!ok) && (need > 0)) && (before <= supply)) && (r.state != ReqState::PREFILL_READY)) {
+            {
+                const int32_t xl_v = req_id;
+                if (err.code) return err;
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evictor), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_sub(xl_add(before, need), supply);
+                if (err.code) return err;
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_short), xl_word_bits(xl_v));
+            }
+            {
+                const bool xl_v = (missing_committed > 0);
+                if (err.code) return err;
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_for_committed), xl_word_bits(xl_v));
+            }
+        }
         {
             const int32_t xl_v = (ok ? need : 0);
             if (err.code) return err;
@@ -755,8 +736,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -780,8 +759,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -808,8 +785,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -834,8 +809,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -863,8 +836,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -890,8 +861,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -920,8 +889,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -948,8 +915,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -993,8 +958,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1023,8 +986,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1056,8 +1017,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.cp = cp;
         xl_frame.tp = tp;
         xl_frame.graft_wait = graft_wait;
-        xl_frame.look_for_lost = look_for_lost;
-        xl_frame.lost = lost;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1087,8 +1046,6 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool look_for_lost = xl_frame.look_for_lost;
-        [[maybe_unused]] int32_t lost = xl_frame.lost;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1121,44 +1078,44 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 234, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 216, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (err.code) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 236, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 236, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 218, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 218, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 237, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 219, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 238, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 220, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 239, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 221, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 240, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 222, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 242, pg, 16384)], 1);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 224, pg, 16384)], 1);
                     const int32_t xl_i = k;
                     if (err.code) return err;
                     r.kv_gens[xl_i] = xl_v;
@@ -1177,50 +1134,50 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 237, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c4 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 256, pg, 16384)] != PageKind::COMMITTED);
+                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 238, pg, 16384)] != PageKind::COMMITTED);
                 if (err.code) return err;
-                if (xl_c4) {
+                if (xl_c3) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 259, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 259, pg, 16384);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 241, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 241, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 260, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 242, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 261, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 243, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c5 = sh.page_used[xl_idx(err, 1, 262, pg, 16384)] != 0;
+                    const bool xl_c4 = sh.page_used[xl_idx(err, 1, 244, pg, 16384)] != 0;
                     if (err.code) return err;
-                    if (xl_c5) {
+                    if (xl_c4) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 263, pg, 16384)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 245, pg, 16384)]);
                             if (err.code) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 264, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384);
                             if (err.code) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 266, slot, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 248, slot, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1231,7 +1188,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384);
+                            const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384);
                             if (err.code) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
@@ -1242,55 +1199,55 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (ok) {
                     {
                         const int32_t xl_v = now;
-                        const int32_t xl_i = xl_idx(err, 1, 279, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 261, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                const bool xl_c6 = (bool)sh.page_pinned[xl_idx(err, 1, 282, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                const bool xl_c5 = (bool)sh.page_pinned[xl_idx(err, 1, 264, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
                 if (err.code) return err;
-                if (xl_c6) {
+                if (xl_c5) {
                     {
                         const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                        const int32_t xl_i = xl_idx(err, 1, 283, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 265, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                const bool xl_c7 = sh.page_prio[xl_idx(err, 1, 285, pg, 16384)] != r.priority;
+                const bool xl_c6 = sh.page_prio[xl_idx(err, 1, 267, pg, 16384)] != r.priority;
                 if (err.code) return err;
-                if (xl_c7) {
+                if (xl_c6) {
                     {
                         const int32_t xl_v = r.priority;
-                        const int32_t xl_i = xl_idx(err, 1, 286, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                const bool xl_c8 = sh.page_ema[xl_idx(err, 1, 288, pg, 16384)] != r.ema_acceptance_rate;
+                const bool xl_c7 = sh.page_ema[xl_idx(err, 1, 270, pg, 16384)] != r.ema_acceptance_rate;
                 if (err.code) return err;
-                if (xl_c8) {
+                if (xl_c7) {
                     {
                         const float xl_v = r.ema_acceptance_rate;
-                        const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 271, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 291, pg, 16384)] == PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 273, pg, 16384)] == PageKind::COMMITTED));
                 if (err.code) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c9 = in_page != sh.page_used[xl_idx(err, 1, 293, pg, 16384)];
+                const bool xl_c8 = in_page != sh.page_used[xl_idx(err, 1, 275, pg, 16384)];
                 if (err.code) return err;
-                if (xl_c9) {
+                if (xl_c8) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 294, pg, 16384)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 276, pg, 16384)]));
                         if (err.code) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 295, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 277, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1327,9 +1284,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (err.code) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c10 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
+            const bool xl_c9 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (err.code) return err;
-            if (xl_c10) {
+            if (xl_c9) {
                 {
                     const int32_t xl_v = now;
                     if (err.code) return err;
@@ -1392,7 +1349,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:348: collective kv_collect
+// stages/kv.xl:330: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1447,7 +1404,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 351, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 333, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (err.code) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1455,7 +1412,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 358, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 358, pg, 16384)] != PageKind::FREE);
+            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 340, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 340, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1503,35 +1460,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 370, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 370, pg, 16384)] != PageKind::FREE);
+            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 352, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 352, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 371, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 371, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 353, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 353, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 372, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 354, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 373, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 355, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 374, pg, 16384)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 356, pg, 16384)]);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 375, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 357, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1547,7 +1504,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 378, slot, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 360, slot, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1574,87 +1531,287 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:391: arbiter kv_evict
+// stages/kv.xl:379: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (p.kv_cache && (r.kv_evict_want > 0));
+    return (p.kv_cache && (sh.kv_evict_short > 0));
 }
 
-XL_DEVICE XlErr stage_kv_evict(Request& r, Shared& sh, const Params& p, int32_t req_id) {
+// The stage's top-level locals, kept across its collectives.
+struct Frame_kv_evict {
+    int32_t eligible;
+    int32_t oldest_use;
+    int32_t prio_key;
+    int32_t top_prio;
+    float ema_key;
+    float top_ema;
+    int32_t use_key;
+    int32_t victim;
+    int32_t found;
+    int32_t first;
+};
+static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+constexpr int XL_kv_evict_COLLECTIVES = 5;
+// Collective k's operation and its contribution's word kind.
+XL_HD int xl_kv_evict_op(int k) {
+    const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
+    return ops[k];
+}
+XL_HD int xl_kv_evict_word(int k) {
+    const int words[5] = {XL_WORD_I, XL_WORD_F, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+    return words[k];
+}
+
+// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
+// (`xl_in`); segment k < 5 ends with collective k's contribution (`xl_out`).
+XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t req_id, Frame_kv_evict& xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    [[maybe_unused]] int32_t xl_short = xl_sub(r.kv_evict_want, xl_sub(xl_add(sh.kv_free_top, xl_clamp(p.pool_pages, 1, MAX_PAGES)), sh.kv_fresh));
-    for (int32_t e = 0; e < 256; ++e) {
-        if (e >= xl_short) {
-            break;
-        }
-        [[maybe_unused]] int32_t best = -1;
-        for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
-            if (xl_p >= sh.kv_fresh) {
-                break;
-            }
-            [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
-            if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] < sh.kv_tick)) {
-                const bool xl_c1 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 405, best, 16384)], sh.page_ema[xl_idx(err, 2, 405, best, 16384)], sh.page_last_use[xl_idx(err, 3, 405, best, 16384)]);
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
+    switch (xl_seg) {
+    case 0: {
+        [[maybe_unused]] int32_t eligible = 0;
+        [[maybe_unused]] int32_t oldest_use = 2147483647;
+        if ((req_id > sh.kv_evictor) && (!r.kv_ready)) {
+            for (int32_t k = 0; k < 256; ++k) {
+                if (k >= r.kv_held) {
+                    break;
+                }
+                [[maybe_unused]] int32_t pg = r.kv_pages[k];
+                const bool xl_c1 = ((((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 388, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 388, pg, 16384)] == 1)) && (!(bool)sh.page_pinned[xl_idx(err, 3, 388, pg, 16384)]);
                 if (err.code) return err;
                 if (xl_c1) {
-                    best = xl_p;
+                    eligible = xl_add(eligible, 1);
+                    {
+                        const int32_t xl_v = xl_min(oldest_use, sh.page_last_use[xl_idx(err, 1, 390, pg, 16384)]);
+                        if (err.code) return err;
+                        oldest_use = xl_v;
+                    }
                 }
             }
         }
-        if (best < 0) {
-            break;
-        }
+        [[maybe_unused]] int32_t prio_key = ((eligible == 0) ? 2147483647 : ((p.eviction_policy == 1) ? r.priority : 0));
         {
-            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 414, best, 16384)], 1);
-            const int32_t xl_i = xl_idx(err, 2, 414, best, 16384);
+            const int32_t xl_v = prio_key;
             if (err.code) return err;
-            sh.page_gen[xl_i] = xl_v;
+            xl_out = xl_word_bits(xl_v);
         }
-        {
-            const int32_t xl_v = PageKind::FREE;
-            const int32_t xl_i = xl_idx(err, 1, 415, best, 16384);
-            if (err.code) return err;
-            sh.page_kind[xl_i] = xl_v;
-        }
-        {
-            const int32_t xl_v = -1;
-            const int32_t xl_i = xl_idx(err, 1, 416, best, 16384);
-            if (err.code) return err;
-            sh.page_owner[xl_i] = xl_v;
-        }
-        {
-            const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 417, best, 16384);
-            if (err.code) return err;
-            sh.page_refs[xl_i] = xl_v;
-        }
-        {
-            const int32_t xl_v = xl_sub(sh.kv_used_tokens, sh.page_used[xl_idx(err, 1, 418, best, 16384)]);
-            if (err.code) return err;
-            sh.kv_used_tokens = xl_v;
-        }
-        {
-            const int32_t xl_v = 0;
-            const int32_t xl_i = xl_idx(err, 1, 419, best, 16384);
-            if (err.code) return err;
-            sh.page_used[xl_i] = xl_v;
-        }
-        sh.kv_committed = xl_sub(sh.kv_committed, 1);
-        sh.kv_live = xl_sub(sh.kv_live, 1);
-        {
-            const int32_t xl_v = best;
-            const int32_t xl_i = xl_idx(err, 1, 422, sh.kv_free_top, 16384);
-            if (err.code) return err;
-            sh.kv_free_stack[xl_i] = xl_v;
-        }
-        sh.kv_free_top = xl_add(sh.kv_free_top, 1);
-        if (r.kv_evict_recomputes) {
-            sh.kv_evict_recompute = xl_add(sh.kv_evict_recompute, 1);
-        } else {
-            sh.kv_evict_decode = xl_add(sh.kv_evict_decode, 1);
-        }
-        sh.kv_evictions = xl_add(sh.kv_evictions, 1);
+        xl_frame.eligible = eligible;
+        xl_frame.oldest_use = oldest_use;
+        xl_frame.prio_key = prio_key;
+        break;
     }
-    r.kv_evict_want = 0;
+    case 1: {
+        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
+        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
+        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
+        [[maybe_unused]] int32_t top_prio = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] float ema_key = (((eligible == 0) || (prio_key != top_prio)) ? 2.0f : ((p.eviction_policy == 1) ? r.ema_acceptance_rate : 0.0f));
+        {
+            const float xl_v = ema_key;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.eligible = eligible;
+        xl_frame.oldest_use = oldest_use;
+        xl_frame.prio_key = prio_key;
+        xl_frame.top_prio = top_prio;
+        xl_frame.ema_key = ema_key;
+        break;
+    }
+    case 2: {
+        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
+        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
+        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
+        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
+        [[maybe_unused]] float ema_key = xl_frame.ema_key;
+        [[maybe_unused]] float top_ema = xl_from_bits<float>(xl_in);
+        [[maybe_unused]] int32_t use_key = (((ema_key == top_ema) && (ema_key < 2.0f)) ? oldest_use : 2147483647);
+        {
+            const int32_t xl_v = use_key;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.eligible = eligible;
+        xl_frame.oldest_use = oldest_use;
+        xl_frame.prio_key = prio_key;
+        xl_frame.top_prio = top_prio;
+        xl_frame.ema_key = ema_key;
+        xl_frame.top_ema = top_ema;
+        xl_frame.use_key = use_key;
+        break;
+    }
+    case 3: {
+        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
+        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
+        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
+        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
+        [[maybe_unused]] float ema_key = xl_frame.ema_key;
+        [[maybe_unused]] float top_ema = xl_frame.top_ema;
+        [[maybe_unused]] int32_t use_key = xl_frame.use_key;
+        [[maybe_unused]] int32_t victim = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = use_key;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.eligible = eligible;
+        xl_frame.oldest_use = oldest_use;
+        xl_frame.prio_key = prio_key;
+        xl_frame.top_prio = top_prio;
+        xl_frame.ema_key = ema_key;
+        xl_frame.top_ema = top_ema;
+        xl_frame.use_key = use_key;
+        xl_frame.victim = victim;
+        break;
+    }
+    case 4: {
+        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
+        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
+        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
+        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
+        [[maybe_unused]] float ema_key = xl_frame.ema_key;
+        [[maybe_unused]] float top_ema = xl_frame.top_ema;
+        [[maybe_unused]] int32_t use_key = xl_frame.use_key;
+        [[maybe_unused]] int32_t victim = xl_frame.victim;
+        [[maybe_unused]] int32_t found = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = req_id;
+            if (err.code) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.eligible = eligible;
+        xl_frame.oldest_use = oldest_use;
+        xl_frame.prio_key = prio_key;
+        xl_frame.top_prio = top_prio;
+        xl_frame.ema_key = ema_key;
+        xl_frame.top_ema = top_ema;
+        xl_frame.use_key = use_key;
+        xl_frame.victim = victim;
+        xl_frame.found = found;
+        break;
+    }
+    case 5: {
+        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
+        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
+        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
+        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
+        [[maybe_unused]] float ema_key = xl_frame.ema_key;
+        [[maybe_unused]] float top_ema = xl_frame.top_ema;
+        [[maybe_unused]] int32_t use_key = xl_frame.use_key;
+        [[maybe_unused]] int32_t victim = xl_frame.victim;
+        [[maybe_unused]] int32_t found = xl_frame.found;
+        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
+        if (first == req_id) {
+            {
+                const int32_t xl_v = 0;
+                if (err.code) return err;
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_short), xl_word_bits(xl_v));
+            }
+        }
+        if ((found < 2147483647) && (victim == req_id)) {
+            [[maybe_unused]] int32_t n = 0;
+            [[maybe_unused]] int32_t used = 0;
+            for (int32_t j = 0; j < 256; ++j) {
+                [[maybe_unused]] int32_t k = xl_sub(xl_sub(r.kv_held, 1), j);
+                if ((k < 0) || (n >= sh.kv_evict_short)) {
+                    break;
+                }
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 413, k, 256)];
+                if (err.code) return err;
+                const bool xl_c2 = ((((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 414, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 414, pg, 16384)] == 1)) && (!(bool)sh.page_pinned[xl_idx(err, 3, 414, pg, 16384)]);
+                if (err.code) return err;
+                if (xl_c2) {
+                    {
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 415, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 415, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = PageKind::FREE;
+                        const int32_t xl_i = xl_idx(err, 1, 416, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = -1;
+                        const int32_t xl_i = xl_idx(err, 1, 417, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = 0;
+                        const int32_t xl_i = xl_idx(err, 1, 418, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 419, pg, 16384)]);
+                        if (err.code) return err;
+                        used = xl_v;
+                    }
+                    {
+                        const int32_t xl_v = 0;
+                        const int32_t xl_i = xl_idx(err, 1, 420, pg, 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = pg;
+                        const int32_t xl_i = xl_idx(err, 1, 421, xl_add(sh.kv_free_top, n), 16384);
+                        if (err.code) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                    }
+                    {
+                        const int32_t xl_v = -1;
+                        const int32_t xl_i = xl_idx(err, 1, 422, k, 256);
+                        if (err.code) return err;
+                        r.kv_pages[xl_i] = xl_v;
+                    }
+                    n = xl_add(n, 1);
+                }
+            }
+            {
+                const int32_t xl_v = xl_add(sh.kv_free_top, n);
+                if (err.code) return err;
+                xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_neg(n);
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_neg(n);
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_neg(used);
+                if (err.code) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+            }
+            r.kv_misses = xl_add(r.kv_misses, 1);
+            r.kv_miss_pages = xl_add(r.kv_miss_pages, n);
+            if (sh.kv_evict_for_committed) {
+                {
+                    const int32_t xl_v = n;
+                    if (err.code) return err;
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_evict_recompute), xl_word_bits(xl_v));
+                }
+            } else {
+                {
+                    const int32_t xl_v = n;
+                    if (err.code) return err;
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_evict_decode), xl_word_bits(xl_v));
+                }
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
     return err;
 }
 
@@ -1798,11 +1955,6 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     uint32_t w[XL_RECORD_WORDS];
     (void)w;
     switch (stage_index) {
-    case 6:  // stages/kv.xl:391
-        if (guard_kv_evict(err, r, sh, p, req_id) && !err.code) {  // as in run_request_stages
-            err = stage_kv_evict(r, sh, p, req_id);
-        }
-        break;
     default:
         break;
     }
@@ -1813,10 +1965,10 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
     return true;
 }
 
-constexpr int XL_NUM_ARBITERS = 1;
+constexpr int XL_NUM_ARBITERS = 0;
 // Arbiters and collective stages: phase 2, after every request's per-request stages.
 constexpr int XL_NUM_PHASE2 = 3;
-constexpr int XL_NUM_COLLECTIVE_STAGES = 2;
+constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
 
 // Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
@@ -1826,7 +1978,7 @@ XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
 }
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
-    const int indices[1] = {6};
+    const int indices[1] = {-1};
     return indices[i];
 }
 
@@ -1841,7 +1993,7 @@ XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params&
     (void)r; (void)sh; (void)p; (void)req_id;
     if ((p.kv_cache) || err.code) return true;
     if ((p.kv_cache) || err.code) return true;
-    if (((p.kv_cache && (r.kv_evict_want > 0))) || err.code) return true;
+    if ((p.kv_cache) || err.code) return true;
     return false;
 }
 
@@ -1853,10 +2005,6 @@ XL_DEVICE bool arbiter_turn_possible(int stage_index, const Request& r, const Sh
                                      int32_t req_id) {
     (void)r; (void)sh; (void)p; (void)req_id;
     switch (stage_index) {
-    case 6: {
-        XlErr err = {0, 0, 0};
-        return ((p.kv_cache && (r.kv_evict_want > 0))) || err.code;
-    }
     default:
         return true;
     }
@@ -1866,7 +2014,7 @@ XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<Frame_kv_manage*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:70: collective stage kv_manage for the active requests with keep[i] == 2, by
+// stages/kv.xl:57: collective stage kv_manage for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -1921,7 +2069,7 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 4u, XlErr{XL_ERR_CONFLICT, 70, 0});
+            xl_emit_error(sink, id, round, 4u, XlErr{XL_ERR_CONFLICT, 57, 0});
             keep[i] = 0;
         }
         else {
@@ -1966,7 +2114,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
     return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:348: collective stage kv_collect for the active requests with keep[i] == 2, by
+// stages/kv.xl:330: collective stage kv_collect for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -2021,7 +2169,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 348, 0});
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 330, 0});
             keep[i] = 0;
         }
     }
@@ -2054,13 +2202,105 @@ XL_DEVICE bool run_collective_solo_kv_collect(Request& r, Shared& sh, const Para
     return true;
 }
 
+XL_DEVICE Frame_kv_evict& frame_of_kv_evict(const XlColl& xc, int32_t slot) {
+    return *reinterpret_cast<Frame_kv_evict*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
+}
+
+// stages/kv.xl:379: collective stage kv_evict for the active requests with keep[i] == 2, by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one
+// thread. Participants: those whose guard holds now. Each collective combines their
+// contributions in slot order (= request-id order); the shadow writes are applied at
+// the end. keep[i] becomes 0 for a request that failed.
+XL_DEVICE void run_collective_kv_evict(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    XL_PROF_START();
+    int32_t any = 0;
+    for (int32_t i = t; i < n; i += nt) {
+        int32_t part = 0;
+        xc.conflict[i] = 0;
+        if (keep[i] == 2) {
+            XlErr err = {0, 0, 0};
+            const int32_t id = active[i];
+            if (guard_kv_evict(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 6u, err);
+                keep[i] = 0;
+            }
+        }
+        xc.part[i] = part;
+        xc.result[i] = 0u;
+        any |= part;
+    }
+    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
+    XL_PROF_MARK(6 * 32);  // marks: guards, then per segment: its code, its collective
+    for (int32_t seg = 0; seg <= XL_kv_evict_COLLECTIVES; ++seg) {
+        for (int32_t i = t; i < n; i += nt) {
+            if (!xc.part[i]) continue;
+            const int32_t id = active[i];
+            uint32_t out = 0u;
+            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
+            const XlErr err = stage_kv_evict(seg, xc.result[i], out, reqs[id], *sh, p, id,
+                                                 frame_of_kv_evict(xc, i), xw);
+            xc.noted[i] = xw.n;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 6u, err);
+                keep[i] = 0;
+                xc.part[i] = 0;
+            }
+            xc.contrib[i] = out;
+        }
+        XL_BLOCK_SYNC();
+        XL_PROF_MARK(6 * 32 + 1 + 2 * seg);
+        if (seg < XL_kv_evict_COLLECTIVES) xl_collective(xc, xl_kv_evict_op(seg), xl_kv_evict_word(seg), active, n);
+        XL_PROF_MARK(6 * 32 + 2 + 2 * seg);
+    }
+    xl_settle_all(xc, sh, n);
+    XL_PROF_MARK(6 * 32 + 30);
+    for (int32_t i = t; i < n; i += nt) {
+        if (!xc.part[i]) continue;
+        const int32_t id = active[i];
+        if (xc.conflict[i]) {
+            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 379, 0});
+            keep[i] = 0;
+        }
+    }
+    XL_BLOCK_SYNC();
+    XL_PROF_MARK(6 * 32 + 31);
+}
+
+// The same stage for one request alone (fast mode, under the lock: one thread).
+XL_DEVICE bool run_collective_solo_kv_evict(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
+                                                XlSink sink, const XlColl& xc) {
+    XlErr err = {0, 0, 0};
+    if (!guard_kv_evict(err, r, sh, p, id) || err.code) {
+        if (err.code) xl_emit_error(sink, id, round, 6u, err);
+        return !err.code;
+    }
+    Frame_kv_evict f;
+    uint32_t in = 0u;
+    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
+    for (int32_t seg = 0; seg <= XL_kv_evict_COLLECTIVES && !err.code; ++seg) {
+        uint32_t out = 0u;
+        err = stage_kv_evict(seg, in, out, r, sh, p, id, f, xw);
+        if (seg < XL_kv_evict_COLLECTIVES) in = xl_collective_solo(xl_kv_evict_op(seg), out, id);
+    }
+    xc.noted[0] = xw.n;
+    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
+    if (err.code) {
+        xl_emit_error(sink, id, round, 6u, err);
+        return false;
+    }
+    return true;
+}
+
 // Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
 XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
                                const XlColl& xc) {
     (void)r; (void)sh; (void)p; (void)id; (void)round; (void)sink; (void)xc;
     if (!run_collective_solo_kv_manage(r, sh, p, id, round, sink, xc)) return false;
     if (!run_collective_solo_kv_collect(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_arbiter(6, r, sh, p, id, round, sink)) return false;
+    if (!run_collective_solo_kv_evict(r, sh, p, id, round, sink, xc)) return false;
     return true;
 }
 

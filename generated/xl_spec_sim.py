@@ -71,16 +71,16 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_evict_want', 'kv_evict_recomputes', 'kv_seen_evictions', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictions', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_evict_want', 'kv_evict_want', 'i', 1, False), ('kv_evict_recomputes', 'kv_evict_recomputes', 'u', 1, False), ('kv_seen_evictions', 'kv_seen_evictions', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictions', 'kv_evictions', 'i', 1, False)]
+REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 
 
 def init_request(req_id, p):
@@ -121,9 +121,6 @@ def init_request(req_id, p):
     r.kv_draft_pages = 0
     r.kv_prev_tick = -1
     r.kv_forced_pressure = False
-    r.kv_evict_want = 0
-    r.kv_evict_recomputes = False
-    r.kv_seen_evictions = 0
     r.kv_oversize = False
     r.kv_hits = 0
     r.kv_misses = 0
@@ -162,7 +159,9 @@ def init_shared(p):
     sh.kv_evict_recompute = 0
     sh.kv_yields = 0
     sh.kv_pending = 0
-    sh.kv_evictions = 0
+    sh.kv_evictor = 0
+    sh.kv_evict_short = 0
+    sh.kv_evict_for_committed = False
     return sh
 
 
@@ -229,17 +228,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
 
 
-# stages/kv.xl:58
-def fn_evict_before(p, policy, prio_a, ema_a, use_a, prio_b, ema_b, use_b):
-    if (policy == 1):
-        if (prio_a != prio_b):
-            return (prio_a < prio_b)
-        if (ema_a != ema_b):
-            return (ema_a < ema_b)
-    return (use_a < use_b)
-
-
-# stages/kv.xl:342
+# stages/kv.xl:324
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -335,7 +324,7 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:70: collective kv_manage
+# stages/kv.xl:57: collective kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
@@ -351,13 +340,13 @@ def stage_kv_manage(r, sh, p, xw):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:86
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:73
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:92
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:93
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:79
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:80
     if ((tp > MAX_REQ_PAGES) or (tp > pool)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -366,14 +355,14 @@ def stage_kv_manage(r, sh, p, xw):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:107
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:94
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:115
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:102
                     else:
                         graft_wait = True
             run = 0
@@ -384,13 +373,10 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:130
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:131
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:117
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:118
             r.kv_borrowed = run
             r.kv_held = run
-    look_for_lost = (sh.kv_evictions != r.kv_seen_evictions)
-    r.kv_seen_evictions = sh.kv_evictions
-    lost = 0
     missing_committed = 0
     need = 0
     drafts = 0
@@ -403,31 +389,27 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= r.kv_held) and (k >= tp)):
             break
         pg = (r.kv_pages[k] if (k < r.kv_held) else -1)
-        if (((pg >= 0) and look_for_lost) and (sh.page_gen[check_index(pg, 16384)] != r.kv_gens[k])):  # @xl:162
-            r.kv_pages[k] = -1
-            lost = wrap_i32(lost + 1)
-        elif ((pg >= 0) and (k >= r.kv_borrowed)):
+        if ((pg >= 0) and (k >= r.kv_borrowed)):
             if (k < cp):
-                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:167
-                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384))  # @xl:168
+                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:148
+                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384))  # @xl:149
                     d_draft = wrap_i32(d_draft - 1)
                     d_committed = wrap_i32(d_committed + 1)
-            elif (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED):  # @xl:172
+            elif (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED):  # @xl:153
                 drafts = wrap_i32(drafts + 1)
                 drafts_above_tp = wrap_i32(drafts_above_tp + (1 if (k >= tp) else 0))
         if (((k < r.kv_held) and (r.kv_pages[k] < 0)) or (k >= r.kv_held)):
             missing_committed = wrap_i32(missing_committed + (1 if (k < cp) else 0))
             need = wrap_i32(need + (1 if ((k < tp) and (not graft_wait)) else 0))
-    if (lost > 0):
-        r.kv_misses = wrap_i32(r.kv_misses + 1)
-        r.kv_miss_pages = wrap_i32(r.kv_miss_pages + lost)
-    elif ((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)):
+    if (((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)) and (missing_committed == 0)):
         r.kv_hits = wrap_i32(r.kv_hits + 1)
     supply = wrap_i32(wrap_i32(sh.kv_free_top + pool) - sh.kv_fresh)
     before = yield ('scan', 'i', need)
     ok = ((not graft_wait) and ((need == 0) or (wrap_i32(before + need) <= supply)))
-    r.kv_evict_want = (need if ((((not ok) and (need > 0)) and (before <= supply)) and (r.state != ReqState.PREFILL_READY)) else 0)
-    r.kv_evict_recomputes = (missing_committed > 0)
+    if ((((not ok) and (need > 0)) and (before <= supply)) and (r.state != ReqState.PREFILL_READY)):
+        xw.put('kv_evictor', r.xl_id)
+        xw.put('kv_evict_short', wrap_i32(wrap_i32(before + need) - supply))
+        xw.put('kv_evict_for_committed', (missing_committed > 0))
     taken = yield ('sum', 'i', (need if ok else 0))
     served = yield ('count', 'u', ok)
     stalled_holder = yield ('min_of', 'i', (r.xl_id if ((not ok) and (r.kv_held > 0)) else 2147483647))
@@ -454,15 +436,15 @@ def stage_kv_manage(r, sh, p, xw):
             break
         pg = (r.kv_pages[k] if (k < held) else -1)
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:234
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:216
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:236
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:237
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:238
-            xw.put('page_slot', k, check_index(pg, 16384))  # @xl:239
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:240
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:218
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:219
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:220
+            xw.put('page_slot', k, check_index(pg, 16384))  # @xl:221
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:222
             r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:242
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:224
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -472,37 +454,37 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:255
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:256
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:237
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:238
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:259
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:260
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:261
-                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:262
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:263
-                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:264
-                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:266
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:241
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:242
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:243
+                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:244
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:245
+                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:246
+                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:248
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:273
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:255
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
             if ok:
-                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:279
-            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:282
-                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:283
-            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:285
-                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:286
-            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:288
-                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:289
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:291
+                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:261
+            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:264
+                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:265
+            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:267
+                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:268
+            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:270
+                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:271
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:273
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:293
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:294
-                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:295
+            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:275
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:276
+                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:277
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -515,7 +497,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:313
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:295
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -540,7 +522,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:348: collective kv_collect
+# stages/kv.xl:330: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -548,13 +530,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:351
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:333
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:358
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:340
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -563,57 +545,75 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:370
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:371
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:372
-            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:373
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:374
-            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:375
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:352
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:353
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:354
+            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:355
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:356
+            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:357
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:378
+            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:360
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:391: arbiter kv_evict
+# stages/kv.xl:379: collective kv_evict
 def guard_kv_evict(r, sh, p):
-    return (p.kv_cache and (r.kv_evict_want > 0))
+    return (p.kv_cache and (sh.kv_evict_short > 0))
 
 
-def stage_kv_evict(r, sh, p):
-    short = wrap_i32(r.kv_evict_want - wrap_i32(wrap_i32(sh.kv_free_top + clamp(p.pool_pages, 1, MAX_PAGES)) - sh.kv_fresh))
-    for e in range(0, 256):
-        if (e >= short):
-            break
-        best = -1
-        for xl_p in range(0, 16384):
-            if (xl_p >= sh.kv_fresh):
+def stage_kv_evict(r, sh, p, xw):
+    eligible = 0
+    oldest_use = 2147483647
+    if ((r.xl_id > sh.kv_evictor) and (not r.kv_ready)):
+        for k in range(0, 256):
+            if (k >= r.kv_held):
                 break
-            o = sh.page_owner[xl_p]
-            if (((((o > r.xl_id) and (sh.page_kind[xl_p] == PageKind.COMMITTED)) and (sh.page_refs[xl_p] == 1)) and (not sh.page_pinned[xl_p])) and (sh.page_last_use[xl_p] < sh.kv_tick)):
-                if ((best < 0) or fn_evict_before(p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[check_index(best, 16384)], sh.page_ema[check_index(best, 16384)], sh.page_last_use[check_index(best, 16384)])):  # @xl:405
-                    best = xl_p
-        if (best < 0):
-            break
-        sh.page_gen[check_index(best, 16384)] = wrap_i32(sh.page_gen[check_index(best, 16384)] + 1)  # @xl:414
-        sh.page_kind[check_index(best, 16384)] = PageKind.FREE  # @xl:415
-        sh.page_owner[check_index(best, 16384)] = -1  # @xl:416
-        sh.page_refs[check_index(best, 16384)] = 0  # @xl:417
-        sh.kv_used_tokens = wrap_i32(sh.kv_used_tokens - sh.page_used[check_index(best, 16384)])  # @xl:418
-        sh.page_used[check_index(best, 16384)] = 0  # @xl:419
-        sh.kv_committed = wrap_i32(sh.kv_committed - 1)
-        sh.kv_live = wrap_i32(sh.kv_live - 1)
-        sh.kv_free_stack[check_index(sh.kv_free_top, 16384)] = best  # @xl:422
-        sh.kv_free_top = wrap_i32(sh.kv_free_top + 1)
-        if r.kv_evict_recomputes:
-            sh.kv_evict_recompute = wrap_i32(sh.kv_evict_recompute + 1)
+            pg = r.kv_pages[k]
+            if (((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)) and (not sh.page_pinned[check_index(pg, 16384)])):  # @xl:388
+                eligible = wrap_i32(eligible + 1)
+                oldest_use = min_(oldest_use, sh.page_last_use[check_index(pg, 16384)])  # @xl:390
+    prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
+    top_prio = yield ('min_of', 'i', prio_key)
+    ema_key = (2.0 if ((eligible == 0) or (prio_key != top_prio)) else (r.ema_acceptance_rate if (p.eviction_policy == 1) else 0.0))
+    top_ema = yield ('min_of', 'f', ema_key)
+    use_key = (oldest_use if ((ema_key == top_ema) and (ema_key < 2.0)) else 2147483647)
+    victim = yield ('argmin', 'i', use_key)
+    found = yield ('min_of', 'i', use_key)
+    first = yield ('argmin', 'i', r.xl_id)
+    if (first == r.xl_id):
+        xw.put('kv_evict_short', 0)
+    if ((found < 2147483647) and (victim == r.xl_id)):
+        n = 0
+        used = 0
+        for j in range(0, 256):
+            k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
+            if ((k < 0) or (n >= sh.kv_evict_short)):
+                break
+            pg = r.kv_pages[check_index(k, 256)]  # @xl:413
+            if (((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)) and (not sh.page_pinned[check_index(pg, 16384)])):  # @xl:414
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:415
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:416
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:417
+                xw.put('page_refs', 0, check_index(pg, 16384))  # @xl:418
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384)])  # @xl:419
+                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:420
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384))  # @xl:421
+                r.kv_pages[check_index(k, 256)] = -1  # @xl:422
+                n = wrap_i32(n + 1)
+        xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
+        xw.add('kv_committed', wrap_i32(-n), wrap_i32)
+        xw.add('kv_live', wrap_i32(-n), wrap_i32)
+        xw.add('kv_used_tokens', wrap_i32(-used), wrap_i32)
+        r.kv_misses = wrap_i32(r.kv_misses + 1)
+        r.kv_miss_pages = wrap_i32(r.kv_miss_pages + n)
+        if sh.kv_evict_for_committed:
+            xw.add('kv_evict_recompute', n, wrap_i32)
         else:
-            sh.kv_evict_decode = wrap_i32(sh.kv_evict_decode + 1)
-        sh.kv_evictions = wrap_i32(sh.kv_evictions + 1)
-    r.kv_evict_want = 0
+            xw.add('kv_evict_decode', n, wrap_i32)
 
 
 def is_done(r, sh, p):
@@ -627,8 +627,8 @@ STAGES = [
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
-    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 70),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 348),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'arbiter', 391),
+    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 330),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 379),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

@@ -34,10 +34,11 @@ def phase_marks(rounds: int) -> str:
     """The cycles per round of each phase-2 mark of the last run, by stage and mark."""
     import cupy
 
-    prof = gpu.compile_module(compiled).module.get_global_var("xl_prof")
-    counts = np.zeros(256, dtype=np.uint64)
-    prof.copy_to_host(counts.ctypes.data, counts.nbytes)
-    prof.memset(0, counts.nbytes)
+    address = gpu.compile_module(compiled).module.get_global_var("xl_prof")
+    memory = cupy.cuda.UnownedMemory(address, 256 * 8, None)
+    prof = cupy.ndarray((256,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    counts = prof.get()
+    prof.fill(0)
     cupy.cuda.Device().synchronize()
     names = {s.index: s.name for s in compiled.program.stages}
     out = []
