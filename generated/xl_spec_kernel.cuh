@@ -150,6 +150,7 @@ struct Request {
     int32_t kv_draft_pages;
     int32_t kv_prev_tick;
     uint32_t kv_forced_pressure;
+    int32_t kv_last_served;
     uint32_t kv_oversize;
     int32_t kv_hits;
     int32_t kv_misses;
@@ -161,7 +162,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1321 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1322 * 4, "Request layout must match xlgen/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -169,10 +170,6 @@ struct Shared {
     int32_t page_kind[16384];
     int32_t page_refs[16384];
     int32_t page_gen[16384];
-    int32_t page_last_use[16384];
-    uint32_t page_pinned[16384];
-    int32_t page_prio[16384];
-    float page_ema[16384];
     int32_t page_slot[16384];
     int32_t page_used[16384];
     int32_t kv_free_stack[16384];
@@ -192,8 +189,8 @@ struct Shared {
     int32_t kv_evict_short;
     uint32_t kv_evict_for_committed;
 };
-static_assert(sizeof(Shared) == 180239 * 4, "Shared layout must match xlgen/layout.py");
-constexpr int32_t XL_SHARED_WORDS = 180239;
+static_assert(sizeof(Shared) == 114703 * 4, "Shared layout must match xlgen/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 114703;
 
 // Words of the largest collective stage's frame (its top-level locals).
 constexpr int XL_FRAME_WORDS = 34;
@@ -309,7 +306,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:324
+// stages/kv.xl:314
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -1196,58 +1193,20 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                if (ok) {
-                    {
-                        const int32_t xl_v = now;
-                        const int32_t xl_i = xl_idx(err, 1, 261, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_last_use[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c5 = (bool)sh.page_pinned[xl_idx(err, 1, 264, pg, 16384)] != ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
+                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 260, pg, 16384)] == PageKind::COMMITTED));
+                if (err.code) return err;
+                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+                const bool xl_c5 = in_page != sh.page_used[xl_idx(err, 1, 262, pg, 16384)];
                 if (err.code) return err;
                 if (xl_c5) {
                     {
-                        const bool xl_v = ((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED);
-                        const int32_t xl_i = xl_idx(err, 1, 265, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_pinned[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c6 = sh.page_prio[xl_idx(err, 1, 267, pg, 16384)] != r.priority;
-                if (err.code) return err;
-                if (xl_c6) {
-                    {
-                        const int32_t xl_v = r.priority;
-                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_prio[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                const bool xl_c7 = sh.page_ema[xl_idx(err, 1, 270, pg, 16384)] != r.ema_acceptance_rate;
-                if (err.code) return err;
-                if (xl_c7) {
-                    {
-                        const float xl_v = r.ema_acceptance_rate;
-                        const int32_t xl_i = xl_idx(err, 1, 271, pg, 16384);
-                        if (err.code) return err;
-                        xl_shadow_put(xw, xl_word_of(&sh, &sh.page_ema[xl_i]), xl_word_bits(xl_v));
-                    }
-                }
-                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 273, pg, 16384)] == PageKind::COMMITTED));
-                if (err.code) return err;
-                [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c8 = in_page != sh.page_used[xl_idx(err, 1, 275, pg, 16384)];
-                if (err.code) return err;
-                if (xl_c8) {
-                    {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 276, pg, 16384)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 263, pg, 16384)]));
                         if (err.code) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 277, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 264, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1284,9 +1243,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (err.code) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c9 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
+            const bool xl_c6 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (err.code) return err;
-            if (xl_c9) {
+            if (xl_c6) {
                 {
                     const int32_t xl_v = now;
                     if (err.code) return err;
@@ -1325,6 +1284,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             }
         }
         r.kv_ready = (ok || r.kv_oversize);
+        if (ok) {
+            r.kv_last_served = now;
+        }
         r.kv_prev_tick = now;
         r.kv_snap_live = sh.kv_live;
         r.kv_snap_committed = sh.kv_committed;
@@ -1349,7 +1311,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:330: collective kv_collect
+// stages/kv.xl:320: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1404,7 +1366,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 333, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 323, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (err.code) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1412,7 +1374,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 340, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 340, pg, 16384)] != PageKind::FREE);
+            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 330, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 330, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1460,35 +1422,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 352, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 352, pg, 16384)] != PageKind::FREE);
+            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 342, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 342, pg, 16384)] != PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 353, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 353, pg, 16384);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 343, pg, 16384)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 343, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 354, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 344, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 355, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 345, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 356, pg, 16384)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 346, pg, 16384)]);
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 357, pg, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 347, pg, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1504,7 +1466,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 360, slot, 16384);
+                    const int32_t xl_i = xl_idx(err, 1, 350, slot, 16384);
                     if (err.code) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1531,7 +1493,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:379: collective kv_evict
+// stages/kv.xl:369: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1539,7 +1501,6 @@ XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, co
 // The stage's top-level locals, kept across its collectives.
 struct Frame_kv_evict {
     int32_t eligible;
-    int32_t oldest_use;
     int32_t prio_key;
     int32_t top_prio;
     float ema_key;
@@ -1570,22 +1531,16 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     switch (xl_seg) {
     case 0: {
         [[maybe_unused]] int32_t eligible = 0;
-        [[maybe_unused]] int32_t oldest_use = 2147483647;
-        if ((req_id > sh.kv_evictor) && (!r.kv_ready)) {
+        if (((req_id > sh.kv_evictor) && (!r.kv_ready)) && (!((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED))) {
             for (int32_t k = 0; k < 256; ++k) {
                 if (k >= r.kv_held) {
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = ((((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 388, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 388, pg, 16384)] == 1)) && (!(bool)sh.page_pinned[xl_idx(err, 3, 388, pg, 16384)]);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 377, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 377, pg, 16384)] == 1);
                 if (err.code) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
-                    {
-                        const int32_t xl_v = xl_min(oldest_use, sh.page_last_use[xl_idx(err, 1, 390, pg, 16384)]);
-                        if (err.code) return err;
-                        oldest_use = xl_v;
-                    }
                 }
             }
         }
@@ -1596,13 +1551,11 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
-        xl_frame.oldest_use = oldest_use;
         xl_frame.prio_key = prio_key;
         break;
     }
     case 1: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] float ema_key = (((eligible == 0) || (prio_key != top_prio)) ? 2.0f : ((p.eviction_policy == 1) ? r.ema_acceptance_rate : 0.0f));
@@ -1612,7 +1565,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
-        xl_frame.oldest_use = oldest_use;
         xl_frame.prio_key = prio_key;
         xl_frame.top_prio = top_prio;
         xl_frame.ema_key = ema_key;
@@ -1620,19 +1572,17 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     }
     case 2: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
         [[maybe_unused]] float top_ema = xl_from_bits<float>(xl_in);
-        [[maybe_unused]] int32_t use_key = (((ema_key == top_ema) && (ema_key < 2.0f)) ? oldest_use : 2147483647);
+        [[maybe_unused]] int32_t use_key = (((ema_key == top_ema) && (ema_key < 2.0f)) ? r.kv_last_served : 2147483647);
         {
             const int32_t xl_v = use_key;
             if (err.code) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
-        xl_frame.oldest_use = oldest_use;
         xl_frame.prio_key = prio_key;
         xl_frame.top_prio = top_prio;
         xl_frame.ema_key = ema_key;
@@ -1642,7 +1592,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     }
     case 3: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
@@ -1655,7 +1604,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
-        xl_frame.oldest_use = oldest_use;
         xl_frame.prio_key = prio_key;
         xl_frame.top_prio = top_prio;
         xl_frame.ema_key = ema_key;
@@ -1666,7 +1614,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     }
     case 4: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
@@ -1680,7 +1627,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
-        xl_frame.oldest_use = oldest_use;
         xl_frame.prio_key = prio_key;
         xl_frame.top_prio = top_prio;
         xl_frame.ema_key = ema_key;
@@ -1692,7 +1638,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     }
     case 5: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t oldest_use = xl_frame.oldest_use;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
@@ -1716,55 +1661,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 413, k, 256)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 401, k, 256)];
                 if (err.code) return err;
-                const bool xl_c2 = ((((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 414, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 414, pg, 16384)] == 1)) && (!(bool)sh.page_pinned[xl_idx(err, 3, 414, pg, 16384)]);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 402, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 402, pg, 16384)] == 1);
                 if (err.code) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 415, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 415, pg, 16384);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 403, pg, 16384)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 403, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 416, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 404, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 417, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 405, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 418, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 406, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 419, pg, 16384)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 407, pg, 16384)]);
                         if (err.code) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 420, pg, 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 421, xl_add(sh.kv_free_top, n), 16384);
+                        const int32_t xl_i = xl_idx(err, 1, 409, xl_add(sh.kv_free_top, n), 16384);
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 422, k, 256);
+                        const int32_t xl_i = xl_idx(err, 1, 410, k, 256);
                         if (err.code) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -2114,7 +2059,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
     return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:330: collective stage kv_collect for the active requests with keep[i] == 2, by
+// stages/kv.xl:320: collective stage kv_collect for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -2169,7 +2114,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 330, 0});
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 320, 0});
             keep[i] = 0;
         }
     }
@@ -2206,7 +2151,7 @@ XL_DEVICE Frame_kv_evict& frame_of_kv_evict(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<Frame_kv_evict*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:379: collective stage kv_evict for the active requests with keep[i] == 2, by
+// stages/kv.xl:369: collective stage kv_evict for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -2261,7 +2206,7 @@ XL_DEVICE void run_collective_kv_evict(Request* reqs, Shared* sh, const Params& 
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 379, 0});
+            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 369, 0});
             keep[i] = 0;
         }
     }

@@ -71,16 +71,16 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_last_use', 'page_pinned', 'page_prio', 'page_ema', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_last_use', 'page_last_use', 'i', 16384, True), ('page_pinned', 'page_pinned', 'u', 16384, True), ('page_prio', 'page_prio', 'i', 16384, True), ('page_ema', 'page_ema', 'f', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
+REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 
 
 def init_request(req_id, p):
@@ -121,6 +121,7 @@ def init_request(req_id, p):
     r.kv_draft_pages = 0
     r.kv_prev_tick = -1
     r.kv_forced_pressure = False
+    r.kv_last_served = -1
     r.kv_oversize = False
     r.kv_hits = 0
     r.kv_misses = 0
@@ -140,10 +141,6 @@ def init_shared(p):
     sh.page_kind = [0] * 16384
     sh.page_refs = [0] * 16384
     sh.page_gen = [0] * 16384
-    sh.page_last_use = [0] * 16384
-    sh.page_pinned = [False] * 16384
-    sh.page_prio = [0] * 16384
-    sh.page_ema = [0.0] * 16384
     sh.page_slot = [0] * 16384
     sh.page_used = [0] * 16384
     sh.kv_free_stack = [0] * 16384
@@ -228,7 +225,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
 
 
-# stages/kv.xl:324
+# stages/kv.xl:314
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -472,19 +469,11 @@ def stage_kv_manage(r, sh, p, xw):
                     xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:255
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            if ok:
-                xw.put('page_last_use', now, check_index(pg, 16384))  # @xl:261
-            if (sh.page_pinned[check_index(pg, 16384)] != ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED)):  # @xl:264
-                xw.put('page_pinned', ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED), check_index(pg, 16384))  # @xl:265
-            if (sh.page_prio[check_index(pg, 16384)] != r.priority):  # @xl:267
-                xw.put('page_prio', r.priority, check_index(pg, 16384))  # @xl:268
-            if (sh.page_ema[check_index(pg, 16384)] != r.ema_acceptance_rate):  # @xl:270
-                xw.put('page_ema', r.ema_acceptance_rate, check_index(pg, 16384))  # @xl:271
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:273
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:260
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:275
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:276
-                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:277
+            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:262
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:263
+                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:264
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -497,7 +486,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:295
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:282
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -510,6 +499,8 @@ def stage_kv_manage(r, sh, p, xw):
     if (d_used != 0):
         xw.add('kv_used_tokens', d_used, wrap_i32)
     r.kv_ready = (ok or r.kv_oversize)
+    if ok:
+        r.kv_last_served = now
     r.kv_prev_tick = now
     r.kv_snap_live = sh.kv_live
     r.kv_snap_committed = sh.kv_committed
@@ -522,7 +513,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:330: collective kv_collect
+# stages/kv.xl:320: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -530,13 +521,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:333
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:323
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:340
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:330
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -545,42 +536,40 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:352
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:353
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:354
-            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:355
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:356
-            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:357
+        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:342
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:343
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:344
+            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:345
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:346
+            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:347
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:360
+            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:350
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:379: collective kv_evict
+# stages/kv.xl:369: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
 
 def stage_kv_evict(r, sh, p, xw):
     eligible = 0
-    oldest_use = 2147483647
-    if ((r.xl_id > sh.kv_evictor) and (not r.kv_ready)):
+    if (((r.xl_id > sh.kv_evictor) and (not r.kv_ready)) and (not ((r.req_flags & ReqFlag.PINNED) == ReqFlag.PINNED))):
         for k in range(0, 256):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if (((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)) and (not sh.page_pinned[check_index(pg, 16384)])):  # @xl:388
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)):  # @xl:377
                 eligible = wrap_i32(eligible + 1)
-                oldest_use = min_(oldest_use, sh.page_last_use[check_index(pg, 16384)])  # @xl:390
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
     ema_key = (2.0 if ((eligible == 0) or (prio_key != top_prio)) else (r.ema_acceptance_rate if (p.eviction_policy == 1) else 0.0))
     top_ema = yield ('min_of', 'f', ema_key)
-    use_key = (oldest_use if ((ema_key == top_ema) and (ema_key < 2.0)) else 2147483647)
+    use_key = (r.kv_last_served if ((ema_key == top_ema) and (ema_key < 2.0)) else 2147483647)
     victim = yield ('argmin', 'i', use_key)
     found = yield ('min_of', 'i', use_key)
     first = yield ('argmin', 'i', r.xl_id)
@@ -593,16 +582,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256)]  # @xl:413
-            if (((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)) and (not sh.page_pinned[check_index(pg, 16384)])):  # @xl:414
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:415
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:416
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:417
-                xw.put('page_refs', 0, check_index(pg, 16384))  # @xl:418
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384)])  # @xl:419
-                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:420
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384))  # @xl:421
-                r.kv_pages[check_index(k, 256)] = -1  # @xl:422
+            pg = r.kv_pages[check_index(k, 256)]  # @xl:401
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)):  # @xl:402
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:403
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:404
+                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:405
+                xw.put('page_refs', 0, check_index(pg, 16384))  # @xl:406
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384)])  # @xl:407
+                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:408
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384))  # @xl:409
+                r.kv_pages[check_index(k, 256)] = -1  # @xl:410
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -628,7 +617,7 @@ STAGES = [
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 330),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 379),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 320),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 369),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]
