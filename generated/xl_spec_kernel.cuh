@@ -526,8 +526,11 @@ XL_HD int xl_kv_manage_word(int k) {
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
-XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_manage& xl_frame, XlWriter& xw) {
+// (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
+// the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
+XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
+                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+                                   Frame_kv_manage& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
     (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
     switch (xl_seg) {
@@ -1340,8 +1343,11 @@ XL_HD int xl_kv_collect_word(int k) {
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
-XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_collect& xl_frame, XlWriter& xw) {
+// (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
+// the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
+XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
+                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+                                   Frame_kv_collect& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
     (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
     switch (xl_seg) {
@@ -1524,8 +1530,11 @@ XL_HD int xl_kv_evict_word(int k) {
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 5 ends with collective k's contribution (`xl_out`).
-XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t req_id, Frame_kv_evict& xl_frame, XlWriter& xw) {
+// (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
+// the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
+XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
+                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+                                   Frame_kv_evict& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
     (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
     switch (xl_seg) {
