@@ -446,7 +446,7 @@ _WORKLOAD_OPTIONS = [
                  help=f"Batch capacity: requests resident at once (1..{LAUNCH_MAX})."),
     click.option("--param", "param_overrides", multiple=True, metavar="NAME=VALUE",
                  help="Set a launch parameter over the workload's params (repeatable): "
-                      "--param fixed_block=8 --param kv_cache=true."),
+                      "--param fixed_block=8 --param kv_cache=false."),
 ]
 
 
@@ -515,7 +515,7 @@ Examples:
   xlgen sim stages/xl_spec.xl -w kv_pressure --kv-report               # KV cache residency report
   xlgen sim stages/xl_spec.xl -w kv_pressure --kv-plot kv.png          # KV occupancy per round
   xlgen sim stages/xl_spec.xl -w kv_pressure --param fixed_block=8 --param eviction_policy=1 --kv-report
-  xlgen sim stages/xl_spec.xl -w mixed --param kv_cache=true --param pool_pages=256 --kv-report
+  xlgen sim stages/xl_spec.xl -w mixed --param pool_pages=256 --kv-report
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
