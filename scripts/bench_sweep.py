@@ -67,8 +67,8 @@ def point(label, w):
 # The target point: B=32, gamma=8, 256 new tokens per request.
 results["target"] = point("target", workload(32, gamma=8))
 
-# The paged KV cache: off; on with a pool that never fills (its cost: kv_manage runs
-# serially for every request, every round); on with a pool of 256 pages, about 40% of
+# The paged KV cache: off; on with a pool that never fills (its cost: the collective
+# stage kv_manage, every request at once, every round); on with a pool of 256 pages, about 40% of
 # what 32 requests of up to 128 + 256 tokens need (waits, evictions, KV_PRESSURE):
 # ASBS vs fixed B=8, LRU vs priority-aware eviction.
 TIGHT_POOL = 256

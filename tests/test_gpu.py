@@ -130,7 +130,7 @@ def test_baselines_from_the_same_ir_reproduce_the_simulator(bundled, mode):
     assert divergence is None, divergence.render()
     timing = got.extra["timing"]
     # stages, the arbiter kernel (when the pipeline has arbiters), retire, admit
-    per_round = len(bundled.program.per_request_stages) + bool(bundled.program.arbiter_stages) + 2
+    per_round = len(bundled.program.per_request_stages) + bool(bundled.program.phase2_stages) + 2
     assert timing.launches == 1 + got.rounds * (per_round if mode == "host-loop" else 1)
 
 

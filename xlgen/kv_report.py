@@ -40,7 +40,7 @@ class Residency:
 
 
 def residency(program: ir.Program, result: RunResult) -> Residency:
-    """The pool at the end of each round (the last kv_manage turn of the round)."""
+    """The pool at each round, as its kv_manage found it (the highest request id's record)."""
     series = {name: trace_series(program, result, "kv_manage", name) for name in SNAP_FIELDS}
     rows: dict[int, tuple[int, list[int]]] = {}  # round -> (request id, values)
     first = series[SNAP_FIELDS[0]]
