@@ -12,9 +12,10 @@ import struct
 
 import pytest
 
+from test_semantics_backends import run_on as run_in_both
 from xlgen.build import load_text
-from xlgen.diff import compare, compare_results
-from xlgen.fuzzgen import backends, run_backend
+from xlgen.diff import compare_results
+from xlgen.fuzzgen import backends
 from xlgen.runtime import sim
 from xlgen.runtime.ops import ERR_CONFLICT, ERR_INDEX, collective, total_order_key
 from xlgen.runtime.sim import KIND_ERROR, REC_HEADER
@@ -22,14 +23,8 @@ from xlgen.runtime.sim import KIND_ERROR, REC_HEADER
 BACKENDS = [pytest.param(b, marks=pytest.mark.gpu) if b == "gpu" else b for b in backends()]
 
 
-def run_on(backend, src, inputs, max_active=None, max_rounds=8, params=None):
-    compiled = load_text(src, name="coll.xl")
-    cfg = sim.LaunchConfig(max_active=max_active or max(1, len(inputs)), max_rounds=max_rounds)
-    expected = sim.run(compiled.sim_module(), params or {}, inputs, cfg)
-    got = run_backend(backend, compiled, params or {}, inputs, cfg)
-    divergence = compare(compiled.program, expected, got)
-    assert divergence is None, f"{backend} differs from the simulator:\n{divergence.render()}"
-    return compiled, expected
+def run_on(backend, src, inputs, max_active=None):
+    return run_in_both(backend, src, inputs, max_rounds=8, max_active=max_active)
 
 
 def f32(x: float) -> float:
