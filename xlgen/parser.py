@@ -18,6 +18,9 @@ from .resources import data_dir
 # Deepest allowed syntax tree. The transformer, the checker, the printer and the
 # emitters all recurse over the tree; this keeps them far from Python's limit.
 MAX_NESTING = 100
+# Most constructs the parser may hold open at once (its stack): parentheses count here (500
+# nested pairs are fine) though not towards MAX_NESTING, whose check runs after the parse.
+MAX_OPEN = 10_000
 
 # The comment tokens of the parse in progress. The Lark instance is shared, so
 # its lexer callback appends to whatever list the current parse_text installed.
@@ -114,7 +117,7 @@ def parse_text(text: str, file: str) -> A.Module:
     comments: list[Token] = []
     reset = _COMMENTS.set(comments)
     try:
-        tree = _lark().parse(text)
+        tree = _parse_tree(text, file)
     except UnexpectedInput as exc:
         raise ParseFailure(_diagnose(exc, text, file)) from None
     finally:
@@ -124,6 +127,26 @@ def parse_text(text: str, file: str) -> A.Module:
     module = builder.transform(tree)
     table = _attach_comments(text, comments, builder.lines, builder.enums)
     return A.Module(module.pipeline, module.items, file=file, loc=Loc(file, 1, 1), comments=table)
+
+
+def _parse_tree(text: str, file: str) -> Tree:
+    """Lark's LALR parse, token by token, stopping as soon as too much is open at once.
+
+    Lark's parser keeps its stack in a list, not in Python's call stack, so depth costs only
+    time; but a million '(' cost half a minute before the nesting check below could run.
+    """
+    parser = _lark().parse_interactive(text)
+    last = None
+    try:
+        for last in parser.iter_parse():
+            if len(parser.parser_state.state_stack) > MAX_OPEN:
+                raise ParseFailure(Diagnostic("error", Loc(file, last.line, last.column), (
+                    f"nesting too deep: more than {MAX_OPEN} parentheses, blocks, operators and other "
+                    "constructs are open here at once; split it up with 'let'")))
+        return parser.feed_eof(last)
+    except UnexpectedInput as exc:
+        exc.interactive_parser = parser  # as Lark's parse() leaves it: _diagnose asks what could come next
+        raise
 
 
 def comment_tokens(text: str) -> list[str]:
