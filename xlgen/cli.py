@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import stat
 import sys
 import traceback
 from pathlib import Path
@@ -11,6 +13,8 @@ import click
 
 from . import __version__
 from .diagnostics import CompileError, render_all
+from .files import FileProblem
+from .runtime.sim import SimHang
 
 EPILOG_CHECK = """\b
 Examples:
@@ -29,6 +33,12 @@ def _friendly(fn):
         except CompileError as exc:
             click.echo(exc.render(), err=True)
             sys.exit(1)
+        except FileProblem as exc:  # a file that cannot be read or written: the message says which and why
+            click.echo(f"xlgen: error: {exc.message}", err=True)
+            sys.exit(1)
+        except SimHang as exc:  # --timeout or Ctrl-C in the simulator: where every request was
+            click.echo(exc.report, err=True)
+            sys.exit(130 if exc.interrupted else 3)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:  # an xlgen bug, not the user's: say so, with where it happened
@@ -42,6 +52,20 @@ def _friendly(fn):
             sys.exit(2)
 
     return wrapper
+
+
+class _PathArg(click.Path):
+    """click.Path that refuses '' (which pathlib reads as '.', so `-o ''` wrote into the current directory)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is not a path; name a file or directory ('.' for the current directory)",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _path() -> _PathArg:
+    return _PathArg(path_type=Path)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,7 +82,7 @@ def main():
 
 
 @main.command(epilog=EPILOG_CHECK)
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=_path())
 @click.option("--werror", is_flag=True, help="Treat warnings as errors.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
 @_friendly
@@ -94,7 +118,7 @@ Examples:
   xlgen fmt --check stages/*.xl          # exit 1 if any file would change
   xlgen fmt --stdout stages/kv.xl
 """)
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=_path())
 @click.option("--check", "check_only", is_flag=True, help="Only report files that are not canonically formatted.")
 @click.option("--stdout", is_flag=True, help="Print the formatted text instead of rewriting the file.")
 @_friendly
@@ -121,7 +145,7 @@ def fmt(files, check_only, stdout):
         elif formatted != text:
             unformatted.append(path)
             if not check_only:
-                path.write_text(formatted)
+                _write_formatted(path, formatted)
                 click.echo(f"formatted {path}")
     if check_only and unformatted:
         for path in unformatted:
@@ -129,13 +153,25 @@ def fmt(files, check_only, stdout):
         sys.exit(1)
 
 
+def _write_formatted(path: Path, text: str) -> None:
+    """Replace a source with its formatted text: all at once (a failure leaves it as it was), in the
+    file a link points to (the link stays), and never over a file its owner made read-only."""
+    from .files import write_atomically
+
+    real = Path(os.path.realpath(path))
+    if not os.stat(real).st_mode & stat.S_IWUSR:
+        raise FileProblem(path, f"'{path}' is read-only; make it writable (chmod u+w) or print the "
+                                "formatted text with --stdout")
+    write_atomically(real, text, keep_mode_of=real)
+
+
 @main.command(epilog="""\b
 Examples:
   xlgen build stages/xl_spec.xl -o generated/
   xlgen build my_pipeline.xl -o build/ --check   # exit 1 if build/ is stale
 """)
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("generated"),
+@click.argument("file", type=_path())
+@click.option("-o", "--out", "out_dir", type=_path(), default=Path("generated"),
               show_default=True, help="Directory for the generated files.")
 @click.option("--check", "check_only", is_flag=True, help="Do not write; exit 1 if any generated file would change.")
 @_friendly
@@ -225,11 +261,12 @@ def _parse_param(module, item: str):
     return name, value
 
 
-def _run_backend(backend: str, compiled, workload, timeout: float = 120.0):
+def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None):
     from .runtime import cpu, sim
 
     if backend == "sim":
-        return sim.run(compiled.sim_module(), workload.params, workload.inputs, workload.config)
+        return sim.run_stoppable(compiled.sim_module(), workload.params, workload.inputs, workload.config,
+                                 sim_timeout)
     if backend == "cpu":
         return cpu.run(compiled, workload.params, workload.inputs, workload.config)
     from .runtime import gpu
@@ -264,6 +301,18 @@ _WORKLOAD_OPTIONS = [
                  help="Set a launch parameter over the workload's params (repeatable): "
                       "--param fixed_block=8 --param kv_cache=true."),
 ]
+
+
+def _positive_seconds(ctx, param, value):
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise click.BadParameter(f"{value}: give a positive number of seconds")
+    return value
+
+
+_SIM_TIMEOUT = click.option(
+    "--timeout", "sim_timeout", type=float, default=None, metavar="SECONDS", callback=_positive_seconds,
+    help="Stop the simulator after this many seconds and print where each active request was "
+         "(request, round, stage), as Ctrl-C does. Default: no limit.")
 
 
 def _workload_options(fn):
@@ -344,8 +393,10 @@ Examples:
 @click.option("--show", default=None, help="Comma-separated request fields to print per request.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
 @_kv_options
+@_SIM_TIMEOUT
 @_friendly
-def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot):
+def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot,
+        sim_timeout=None):
     """Run FILE's simulator (the executable specification) on a workload."""
     from .diff import describe_record
     from .runtime import sim as engine
@@ -361,7 +412,8 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
             bar.update(done - last[0])
             last[0] = done
 
-        result = engine.run(module, workload.params, workload.inputs, workload.config, progress=progress)
+        result = engine.run_stoppable(module, workload.params, workload.inputs, workload.config, sim_timeout,
+                                      progress=progress)
     fields = [f for f in (show.split(",") if show else [])]
     if not fields:
         fields = [f for t in compiled.program.traces for f in t.fields][:6]
@@ -398,8 +450,9 @@ Examples:
 @click.option("--backend", "backends", default=None,
               help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
                    "(default: cpu, plus gpu when a GPU is present).")
+@_SIM_TIMEOUT
 @_friendly
-def diff(file, workload_name, count, max_active, param_overrides, backends):
+def diff(file, workload_name, count, max_active, param_overrides, backends, sim_timeout=None):
     """Run FILE on the simulator and other backends and compare their traces bit for bit.
 
     Deterministic backends must match the simulator's traces and final state
@@ -419,7 +472,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
         bad = [b for b in chosen if b not in BACKENDS[1:]]
         if bad:
             raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
-    reference = _run_backend("sim", compiled, workload)
+    reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout)
     click.echo(_summary(compiled, reference))
     failed = False
     for backend in chosen:
@@ -522,8 +575,8 @@ Examples:
   xlgen graph stages/xl_spec.xl                 # DOT on stdout
   xlgen graph stages/xl_spec.xl -o states.png   # a picture (needs Graphviz's `dot`)
 """)
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+@click.argument("file", type=_path())
+@click.option("-o", "--out", "out_path", type=_path(), default=None,
               help="Write here: .dot as text; .png/.svg/.pdf rendered with Graphviz.")
 @_friendly
 def graph(file, out_path):
@@ -539,13 +592,26 @@ def graph(file, out_path):
     if out_path is None:
         click.echo(dot, nl=False)
         return
-    if out_path.suffix == ".dot":
-        out_path.write_text(dot)
+    from .files import check_target, write_atomically
+
+    fmt = out_path.suffix[1:].lower()
+    if fmt not in ("dot", "gv", "png", "svg", "pdf"):
+        raise click.UsageError(f"-o {out_path}: give a file ending in .dot, .png, .svg or .pdf")
+    if not out_path.parent.is_dir():
+        raise FileProblem(out_path, f"cannot write '{out_path}': no such directory '{out_path.parent}'; "
+                                    "create it first")
+    exists = check_target(out_path)
+    if fmt in ("dot", "gv"):
+        data = dot.encode()
     else:
         if shutil.which("dot") is None:
             raise click.UsageError("rendering needs Graphviz's `dot` (apt-get install graphviz); "
                                    "or write a .dot file")
-        subprocess.run(["dot", f"-T{out_path.suffix[1:]}", "-o", str(out_path)], input=dot, text=True, check=True)
+        rendered = subprocess.run(["dot", f"-T{fmt}"], input=dot.encode(), capture_output=True)
+        if rendered.returncode != 0:
+            raise click.ClickException(f"Graphviz's dot failed: {rendered.stderr.decode(errors='replace').strip()}")
+        data = rendered.stdout
+    write_atomically(out_path, data, keep_mode_of=out_path if exists else None)
     click.echo(f"wrote {out_path}")
 
 
