@@ -164,10 +164,15 @@ def _check_nesting(tree: Tree, file: str) -> None:
             loc = Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1))
             raise ParseFailure(Diagnostic("error", loc, (
                 f"nesting too deep: blocks and expressions may nest at most {MAX_NESTING} levels "
-                "(each operator of a chain like a + b + c counts as one); split it up with 'let'")))
-        for child in reversed(node.children):
+                "(each operator of a chain like a + b + c counts as one, and each elif); split it up with 'let'")))
+        children, arms = [], 0
+        for child in node.children:
             if isinstance(child, Tree):
-                stack.append((child, depth + 1))
+                # Each elif (or else) of an if counts as one level deeper, as each operator of a
+                # chain does: the C++ emitter nests an arm whose condition may fail inside the last.
+                arms += child.data in ("elif_arm", "else_arm")
+                children.append((child, depth + 1 + arms))
+        stack.extend(reversed(children))
 
 
 @dataclass
