@@ -92,6 +92,13 @@ def _kind(mode: int) -> str:
 
 def ensure_directory(out: Path) -> None:
     """Create the output directory `out` (and its parents), or say why it cannot be."""
+    try:
+        _ensure_directory(out)
+    except OSError as exc:  # e.g. a name too long even to look at
+        raise FileProblem(out, f"cannot create directory '{out}': {_why_not_written(exc)}") from None
+
+
+def _ensure_directory(out: Path) -> None:
     if out.is_dir():
         return
     if out.exists() or out.is_symlink():
@@ -100,10 +107,7 @@ def ensure_directory(out: Path) -> None:
     if blocker is not None:
         raise FileProblem(out, f"cannot create directory '{out}': '{blocker}' is a file, not a directory; "
                                "choose another output directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FileProblem(out, f"cannot create directory '{out}': {_why_not_written(exc)}") from None
+    out.mkdir(parents=True, exist_ok=True)
 
 
 def check_target(path: Path) -> bool:
@@ -149,8 +153,12 @@ def write_atomically(path: Path, data: bytes | str, keep_mode_of: Path | None = 
     except OSError as exc:
         raise FileProblem(path, f"cannot write '{path}': {_why_not_written(exc)}") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
         if keep_mode_of is not None:
             os.chmod(tmp, stat.S_IMODE(os.stat(keep_mode_of).st_mode))
         else:  # mkstemp makes 0600; a new output gets the usual 0666 less the umask
