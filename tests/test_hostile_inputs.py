@@ -152,6 +152,9 @@ SOURCES = {
     "3000 elifs": (lambda w: (w.joinpath("e.xl").write_text(_program(
         "    if n == 0 {\n        n = 1\n    }" + "".join(f" elif n == {i} {{\n        n = 1\n    }}"
                                                     for i in range(1, 3000)))) and "e.xl", "nesting too deep"), False),
+    "21 nested loops": (lambda w: (w.joinpath("l.xl").write_text(_program(
+        "".join(f"for i{k} in 0..1 {{ " for k in range(21)) + "n = 1" + " }" * 21)) and "l.xl",
+        "loops nest too deep"), False),
     "3000 helper calls": (lambda w: (w.joinpath("h.xl").write_text(_calls(3000)) and "h.xl",
                                      "function calls nest too deep"), True),
     "import a FIFO": (lambda w: (os.mkfifo(w / "f.xl") or _importing(w, "f.xl"), "not a regular file"), False),
@@ -221,6 +224,27 @@ def test_a_chain_of_one_hundred_calls_runs(root):
     run_cli(["diff", "h.xl", "--count", "2"], root, 0, "identical: sim == cpu")
     (root / "work" / "h.xl").write_text(_calls(101))
     run_cli(["check", "h.xl"], root, 1, "more than 100 functions")
+
+
+def test_sixteen_nested_loops_run(root):
+    """The loop limit is 16 (Python compiles at most 20 nested blocks): 16 run in every backend."""
+    (root / "work" / "l.xl").write_text(_program(
+        "".join(f"for i{k} in 0..1 {{ " for k in range(16)) + "n = 1" + " }" * 16))
+    run_cli(["diff", "l.xl", "--count", "2"], root, 0, "identical: sim == cpu")
+
+
+def test_a_file_name_that_is_not_utf8(root):
+    """Odd bytes in a source's name: diagnostics and listings escape them, generated files stay UTF-8."""
+    work = root / "work"
+    name = os.fsdecode(b"\xff.xl")
+    (work / name).write_text(OK)
+    env = dict(os.environ, XLGEN_CACHE=str(root / "cache"), PYTHONIOENCODING="utf-8")
+    for args in (["check", name], ["build", name, "-o", os.fsdecode(b"out\xfe")], ["diff", name]):
+        result = subprocess.run([sys.executable, "-m", "xlgen", *args], cwd=work, env=env, capture_output=True,
+                                text=True, errors="replace", timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert not PYTHON_TEXT.search(result.stdout + result.stderr), result.stderr
+    assert (work / os.fsdecode(b"out\xfe") / "ok_sim.py").read_text(encoding="utf-8").startswith("# Generated")
 
 
 def test_empty_path_arguments(root):

@@ -44,12 +44,15 @@ def render(program: ir.Program) -> dict[str, str]:
     common = {"version": __version__, "source": display_source(program)}
     name = program.name
     cpp = CppEmitter(program).context()
-    return {
+    files = {
         f"{name}_sim.py": env.get_template("sim.py.j2").render(**common, **PyEmitter(program).context()),
         f"{name}_kernel.cuh": env.get_template("kernel.cuh.j2").render(**common, **cpp),
         f"{name}_cpu.cpp": env.get_template("cpu.cpp.j2").render(**common, **cpp),
         f"{name}_gpu.cu": env.get_template("gpu.cu.j2").render(**common, **cpp),
     }
+    # A file name that is not UTF-8 (its odd bytes are surrogates in Python) shows up in comments
+    # and messages: '?' for those bytes keeps every generated file valid UTF-8.
+    return {fname: text.encode("utf-8", "replace").decode("utf-8") for fname, text in files.items()}
 
 
 def write_if_different(path: Path, text: str, write: bool = True) -> str:

@@ -68,6 +68,11 @@ def _path() -> _PathArg:
     return _PathArg(path_type=Path)
 
 
+def _shown(path) -> str:
+    """A path as text any terminal takes (a name that is not UTF-8 keeps its odd bytes escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="xlgen")
 def main():
@@ -107,7 +112,7 @@ def check(files, werror, quiet):
             failed = failed or werror
         if not quiet:
             what = "library" if program.library else f"pipeline {program.name}"
-            click.echo(f"{path}: ok ({what}: {len(program.stages)} stages, "
+            click.echo(f"{_shown(path)}: ok ({what}: {len(program.stages)} stages, "
                        f"{len(program.request_fields)} request fields)")
     sys.exit(1 if failed else 0)
 
@@ -146,10 +151,10 @@ def fmt(files, check_only, stdout):
             unformatted.append(path)
             if not check_only:
                 _write_formatted(path, formatted)
-                click.echo(f"formatted {path}")
+                click.echo(f"formatted {_shown(path)}")
     if check_only and unformatted:
         for path in unformatted:
-            click.echo(f"would reformat {path}", err=True)
+            click.echo(f"would reformat {_shown(path)}", err=True)
         sys.exit(1)
 
 
@@ -181,7 +186,7 @@ def build(file, out_dir, check_only):
 
     result = build_pipeline(file, out_dir, write=not check_only)
     for path, status in result.items():
-        click.echo(f"{status:>9}  {path}")
+        click.echo(f"{status:>9}  {_shown(path)}")
     if check_only and any(s != "unchanged" for s in result.values()):
         click.echo("generated files are stale; run xlgen build", err=True)
         sys.exit(1)
@@ -612,7 +617,7 @@ def graph(file, out_path):
             raise click.ClickException(f"Graphviz's dot failed: {rendered.stderr.decode(errors='replace').strip()}")
         data = rendered.stdout
     write_atomically(out_path, data, keep_mode_of=out_path if exists else None)
-    click.echo(f"wrote {out_path}")
+    click.echo(f"wrote {_shown(out_path)}")
 
 
 def run():  # pragma: no cover - console entry for `python -m xlgen`

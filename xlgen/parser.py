@@ -18,6 +18,7 @@ from .resources import data_dir
 # Deepest allowed syntax tree. The transformer, the checker, the printer and the
 # emitters all recurse over the tree; this keeps them far from Python's limit.
 MAX_NESTING = 100
+MAX_LOOPS = 16  # nested `for` loops: Python, which runs the simulator, compiles at most 20 nested blocks
 # Most constructs the parser may hold open at once (its stack): parentheses count here (500
 # nested pairs are fine) though not towards MAX_NESTING, whose check runs after the parse.
 MAX_OPEN = 10_000
@@ -155,10 +156,15 @@ def comment_tokens(text: str) -> list[str]:
 
 
 def _check_nesting(tree: Tree, file: str) -> None:
-    """Reject trees deeper than MAX_NESTING, without recursing over them."""
-    stack = [(tree, 1)]
+    """Reject trees deeper than MAX_NESTING, or loops nested deeper than MAX_LOOPS, without recursing."""
+    stack = [(tree, 1, 0)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, loops = stack.pop()
+        loops += node.data == "for_stmt"
+        if loops > MAX_LOOPS:
+            raise ParseFailure(Diagnostic("error", Loc(file, node.meta.line, node.meta.column), (
+                f"loops nest too deep: at most {MAX_LOOPS} 'for' loops may nest (the simulator is Python, "
+                "which allows 20 nested blocks); move the inner loops into a function")))
         if depth > MAX_NESTING:
             meta = node.meta
             loc = Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1))
@@ -171,7 +177,7 @@ def _check_nesting(tree: Tree, file: str) -> None:
                 # Each elif (or else) of an if counts as one level deeper, as each operator of a
                 # chain does: the C++ emitter nests an arm whose condition may fail inside the last.
                 arms += child.data in ("elif_arm", "else_arm")
-                children.append((child, depth + 1 + arms))
+                children.append((child, depth + 1 + arms, loops))
         stack.extend(reversed(children))
 
 
