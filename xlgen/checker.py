@@ -122,7 +122,7 @@ def _resolved(p: Path) -> Path:
     """`p` with links resolved where they resolve; as given when it cannot be (missing, a link loop)."""
     try:
         return Path(os.path.realpath(p)) if p.exists() else p
-    except (OSError, ValueError, RuntimeError):  # a loop (RuntimeError in Python 3.11), a NUL character
+    except (OSError, ValueError):  # ValueError: a NUL character in an import path
         return p
 
 

@@ -14,7 +14,6 @@ import click
 from . import __version__
 from .diagnostics import CompileError, render_all
 from .files import FileProblem
-from .runtime.sim import SimHang
 
 EPILOG_CHECK = """\b
 Examples:
@@ -36,12 +35,14 @@ def _friendly(fn):
         except FileProblem as exc:  # a file that cannot be read or written: the message says which and why
             click.echo(f"xlgen: error: {exc.message}", err=True)
             sys.exit(1)
-        except SimHang as exc:  # --timeout or Ctrl-C in the simulator: where every request was
-            click.echo(exc.report, err=True)
-            sys.exit(130 if exc.interrupted else 3)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
             raise
-        except Exception as exc:  # an xlgen bug, not the user's: say so, with where it happened
+        except Exception as exc:
+            sim = sys.modules.get("xlgen.runtime.sim")  # (not imported up front: it loads numpy)
+            if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was
+                click.echo(exc.report, err=True)
+                sys.exit(130 if exc.interrupted else 3)
+            # anything else is an xlgen bug, not the user's: say so, with where it happened
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             click.echo(
                 f"xlgen: internal compiler error: {type(exc).__name__}: {exc}\n"
