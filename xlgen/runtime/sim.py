@@ -273,15 +273,20 @@ def run_stoppable(module, params=None, inputs: list[dict] | None = None, config:
     import signal
     import time
 
+    in_run = [True]
+
     def expire(signum, frame):
-        raise _Deadline()
+        if in_run[0]:  # not once run() has returned
+            raise _Deadline()
 
     start = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire) if timeout else None
     try:
         if timeout:
             signal.setitimer(signal.ITIMER_REAL, timeout)
-        return run(module, params, inputs, config, **kwargs)
+        result = run(module, params, inputs, config, **kwargs)
+        in_run[0] = False
+        return result
     except (_Deadline, KeyboardInterrupt) as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         why = "interrupted (Ctrl-C)" if interrupted else f"--timeout {timeout:g} s reached"
@@ -317,7 +322,7 @@ def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> s
              "request  round  stage             source"]
     running, done_before = None, set()
     if turn is not None:
-        running = turn.f_locals["r"].xl_id
+        running = getattr(turn.f_locals.get("r"), "xl_id", None)
         stage = turn.f_locals.get("stage")
         name = stage[0] if stage is not None else "(done when)"
         line = _error_line(exc, module.__file__) or _declared_line(module, name)
