@@ -332,7 +332,7 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
         XL_WARP_STORE(r.last_token, xl_v);
     }
     {
-        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE));
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
         if (err.code) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
@@ -412,7 +412,7 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         XL_WARP_STORE(r.ema_acceptance_rate, xl_v);
     }
     {
-        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE));
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
         if (err.code) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
@@ -539,10 +539,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
         [[maybe_unused]] int32_t pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
         if (r.kv_prev_tick < 0) {
-            r.kv_forced_pressure = ((r.req_flags & ReqFlag::KV_PRESSURE) == ReqFlag::KV_PRESSURE);
+            r.kv_forced_pressure = xl_has(r.req_flags, ReqFlag::KV_PRESSURE);
         }
         [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
-        r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : (r.req_flags & 6u));
+        r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : xl_band(r.req_flags, 6u));
         [[maybe_unused]] int32_t committed_tok = 0;
         [[maybe_unused]] int32_t total_tok = 0;
         if (r.state == ReqState::PREFILL_READY) {
@@ -1540,7 +1540,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     switch (xl_seg) {
     case 0: {
         [[maybe_unused]] int32_t eligible = 0;
-        if (((req_id > sh.kv_evictor) && (!r.kv_ready)) && (!((r.req_flags & ReqFlag::PINNED) == ReqFlag::PINNED))) {
+        if (((req_id > sh.kv_evictor) && (!r.kv_ready)) && (!xl_has(r.req_flags, ReqFlag::PINNED))) {
             for (int32_t k = 0; k < 256; ++k) {
                 if (k >= r.kv_held) {
                     break;

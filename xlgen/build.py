@@ -12,6 +12,7 @@ import jinja2
 
 from . import __version__, ir
 from .checker import load_program
+from .files import FileProblem, check_target, ensure_directory, same_content, write_atomically
 from .resources import data_dir
 
 
@@ -43,35 +44,58 @@ def render(program: ir.Program) -> dict[str, str]:
     common = {"version": __version__, "source": display_source(program)}
     name = program.name
     cpp = CppEmitter(program).context()
-    return {
+    files = {
         f"{name}_sim.py": env.get_template("sim.py.j2").render(**common, **PyEmitter(program).context()),
         f"{name}_kernel.cuh": env.get_template("kernel.cuh.j2").render(**common, **cpp),
         f"{name}_cpu.cpp": env.get_template("cpu.cpp.j2").render(**common, **cpp),
         f"{name}_gpu.cu": env.get_template("gpu.cu.j2").render(**common, **cpp),
     }
+    # A file name that is not UTF-8 (its odd bytes are surrogates in Python) shows up in comments
+    # and messages: '?' for those bytes keeps every generated file valid UTF-8.
+    return {fname: text.encode("utf-8", "replace").decode("utf-8") for fname, text in files.items()}
 
 
 def write_if_different(path: Path, text: str, write: bool = True) -> str:
-    if path.exists() and path.read_text() == text:
+    """Write `text` to `path` unless it already holds it (atomically; never through a link).
+
+    Returns "unchanged", "created", "updated", or "stale" (it would change, but write is off).
+    Raises FileProblem on any file-system failure, with `path` unchanged.
+    """
+    data = text.encode("utf-8")
+    exists = check_target(path)
+    if exists and same_content(path, data):
         return "unchanged"
-    status = "updated" if path.exists() else "created"
-    if write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return status if write else "stale"
+    if not write:
+        return "stale"
+    ensure_directory(path.parent)
+    write_atomically(path, data, keep_mode_of=path if exists else None)
+    return "updated" if exists else "created"
 
 
 def build_pipeline(source: str | Path, out_dir: str | Path, write: bool = True) -> dict[str, str]:
+    """Check `source` and write its generated files into `out_dir`. Raises CompileError (bad source)
+    or FileProblem (the output cannot be written; every file it would replace is checked first)."""
     program, _warnings = load_program(source)
     out = Path(out_dir)
-    return {str(out / name): write_if_different(out / name, text, write) for name, text in render(program).items()}
+    files = render(program)
+    if write:
+        ensure_directory(out)
+    elif out.exists() and not out.is_dir():
+        raise FileProblem(out, f"'{out}' exists and is not a directory; choose an output directory")
+    for name in files:  # refuse a link or a directory at any generated name before writing one file
+        check_target(out / name)
+    return {str(out / name): write_if_different(out / name, text, write) for name, text in files.items()}
 
 
 def cache_dir() -> Path:
     import os
 
-    root = Path(os.environ.get("XLGEN_CACHE", Path.home() / ".cache" / "xlgen"))
-    root.mkdir(parents=True, exist_ok=True)
+    root = Path(os.environ.get("XLGEN_CACHE") or Path.home() / ".cache" / "xlgen")
+    try:
+        ensure_directory(root)
+    except FileProblem as problem:
+        raise FileProblem(root, f"{problem.message} (the cache of generated code: set XLGEN_CACHE to a "
+                                "writable directory)") from None
     return root
 
 
@@ -84,7 +108,7 @@ class Compiled:
         digest = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in sorted(self.files.items())).encode()).hexdigest()
         self.key = digest[:16]
         self.dir = cache_dir() / f"{program.name}-{self.key}"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_directory(self.dir)
         for fname, text in self.files.items():
             write_if_different(self.dir / fname, text)
         self._sim = None

@@ -8,12 +8,14 @@ Entry point: `load_program(path)` (reads the file and its imports) or
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ast as A
 from . import ir
 from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
+from .files import FileProblem, read_source_bytes
 from .ir import BOOL, F32, I32, U32
 from .parser import KEYWORDS, ParseFailure, parse_text
 from .py_ops import evaluate_const
@@ -22,6 +24,9 @@ from .runtime import ops
 
 PRELUDE_NAME = "<prelude>"
 MAX_LOOP_TRIP = 1 << 20  # a bound this large is almost certainly a mistake
+# Longest chain of function calls (f calls g calls h ...). The simulator runs a call as a Python
+# call and the GPU inlines it; a chain this long is a generated program gone wrong.
+MAX_CALL_DEPTH = 100
 RESERVED = {"req_id", "min", "max", "abs", "clamp", "sqrt"} | set(ir.SCALARS)
 # KEYWORDS (the grammar's): the LALR lexer reads some of them as names in some
 # positions (`request { flags: F }` parses, a second field named `flags` does
@@ -51,15 +56,9 @@ def read_source(path: Path, sink: DiagnosticSink, sources: dict, at: Loc | None)
     name = str(path)
     where = at or Loc(name, 0, 0)
     try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        sink.error(where, f"'{name}' is a directory, not an .xl file")
-        return None
-    except FileNotFoundError:
-        sink.error(where, f"no such file: '{name}'")
-        return None
-    except OSError as exc:
-        sink.error(where, f"cannot read '{name}': {exc.strerror}")
+        data = read_source_bytes(path)
+    except FileProblem as problem:
+        sink.error(where, problem.message)
         return None
     try:
         text = data.decode("utf-8")
@@ -84,11 +83,16 @@ def load_modules(path: str | Path) -> tuple[list[A.Module], dict[str, str], Diag
     modules.append(parse_text(prelude_text, PRELUDE_NAME))
 
     done: set[Path] = set()
+    # Depth first without Python recursion (an import chain may be thousands of files long):
+    # one frame per file being loaded, holding the imports it has left to visit.
+    frames: list[tuple[Path, Path, A.Module, object]] = []
+    active: set[Path] = set()
 
-    def visit(p: Path, stack: list[Path], at: Loc | None) -> None:
-        p = p.resolve() if p.exists() else p
-        if p in stack:
-            cycle = " -> ".join(str(_display(q)) for q in stack[stack.index(p):] + [p])
+    def enter(p: Path, at: Loc | None) -> None:
+        p = _resolved(p)
+        if p in active:
+            path = [f[0] for f in frames]
+            cycle = " -> ".join(str(_display(q)) for q in path[path.index(p):] + [p])
             sink.error(at, f"import cycle: {cycle}")
             return
         if p in done:
@@ -103,24 +107,38 @@ def load_modules(path: str | Path) -> tuple[list[A.Module], dict[str, str], Diag
             sink.items.append(failure.diagnostic)
             done.add(p)
             return
-        for item in module.items:
-            if isinstance(item, A.Import):
-                target = (p.parent / item.path)
-                visit(target, stack + [p], item.loc)
-        if stack and module.pipeline is not None:
+        frames.append((p, shown, module, iter([i for i in module.items if isinstance(i, A.Import)])))
+        active.add(p)
+
+    enter(Path(path), None)
+    while frames:
+        p, shown, module, imports = frames[-1]
+        item = next(imports, None)
+        if item is not None:
+            enter(p.parent / item.path, item.loc)
+            continue
+        frames.pop()
+        active.discard(p)
+        if frames and module.pipeline is not None:
             sink.error(module.loc, f"imported file '{shown}' must not declare 'pipeline'")
         done.add(p)
         modules.append(module)
-
-    visit(Path(path), [], None)
     return modules, sources, sink
+
+
+def _resolved(p: Path) -> Path:
+    """`p` with links resolved where they resolve; as given when it cannot be (missing, a link loop)."""
+    try:
+        return Path(os.path.realpath(p)) if p.exists() else p
+    except (OSError, ValueError):  # ValueError: a NUL character in an import path
+        return p
 
 
 def _display(p: Path) -> Path:
     """Paths in diagnostics: relative to the working directory when below it."""
     try:
-        return p.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
+        return Path(os.path.realpath(p)).relative_to(os.path.realpath(Path.cwd()))
+    except (ValueError, OSError):
         return p
 
 
@@ -630,22 +648,37 @@ class Checker:
         order: list[ir.Function] = []
         state: dict[str, str] = {}
 
-        def visit(name: str, path: list[str]) -> None:
-            if state.get(name) == "done":
-                return
-            if state.get(name) == "active":
-                cycle = path[path.index(name):] + [name]
-                self.error(by_name[name].loc, "recursion is not allowed: " + " -> ".join(cycle))
-                return
-            state[name] = "active"
-            for callee in sorted(self.call_graph.get(name, ())):
-                if callee in by_name:
-                    visit(callee, path + [name])
-            state[name] = "done"
-            order.append(by_name[name])
-
+        # Depth first over the call graph with an explicit stack (a call chain may be thousands
+        # of functions long): each frame is a function and the callees it has left to visit.
         for f in functions:
-            visit(f.name, [])
+            if state.get(f.name):
+                continue
+            state[f.name] = "active"
+            stack = [(f.name, iter(sorted(self.call_graph.get(f.name, ()))))]
+            while stack:
+                name, callees = stack[-1]
+                callee = next(callees, None)
+                if callee is None:
+                    stack.pop()
+                    state[name] = "done"
+                    order.append(by_name[name])
+                elif callee not in by_name or state.get(callee) == "done":
+                    continue
+                elif state.get(callee) == "active":
+                    path = [frame[0] for frame in stack]
+                    cycle = path[path.index(callee):] + [callee]
+                    self.error(by_name[callee].loc, "recursion is not allowed: " + " -> ".join(cycle))
+                else:
+                    state[callee] = "active"
+                    stack.append((callee, iter(sorted(self.call_graph.get(callee, ())))))
+        depth: dict[str, int] = {}  # callees come first in `order`
+        for f in order:
+            depth[f.name] = 1 + max((depth.get(c, 0) for c in self.call_graph.get(f.name, ()) if c in by_name),
+                                    default=0)
+            if depth[f.name] == MAX_CALL_DEPTH + 1:
+                self.error(f.loc, f"function calls nest too deep: '{f.name}' starts a chain of more than "
+                                  f"{MAX_CALL_DEPTH} functions, each calling the next; the limit is "
+                                  f"{MAX_CALL_DEPTH}")
         return order
 
     def _unused_warnings(self, items) -> None:

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import re
+import stat
 import sys
 import traceback
 from pathlib import Path
@@ -14,6 +15,7 @@ import click
 
 from . import __version__
 from .diagnostics import CompileError, render_all
+from .files import FileProblem
 
 EPILOG_CHECK = """\b
 Examples:
@@ -32,13 +34,21 @@ def _friendly(fn):
         except CompileError as exc:
             click.echo(exc.render(), err=True)
             sys.exit(1)
+        except FileProblem as exc:  # a file that cannot be read or written: the message says which and why
+            click.echo(f"xlgen: error: {exc.message}", err=True)
+            sys.exit(1)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
             raise
         except BrokenPipeError:  # `xlgen sim ... | head`: the reader left; stop quietly, as cat does
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a process killed by the signal
-        except Exception as exc:  # an xlgen bug, not the user's: say so, with where it happened
+        except Exception as exc:
+            sim = sys.modules.get("xlgen.runtime.sim")  # (not imported up front: it loads numpy)
+            if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was
+                click.echo(exc.report, err=True)
+                sys.exit(130 if exc.interrupted else 3)
+            # anything else is an xlgen bug, not the user's: say so, with where it happened
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             click.echo(
                 f"xlgen: internal compiler error: {type(exc).__name__}: {exc}\n"
@@ -49,6 +59,25 @@ def _friendly(fn):
             sys.exit(2)
 
     return wrapper
+
+
+class _PathArg(click.Path):
+    """click.Path that refuses '' (which pathlib reads as '.', so `-o ''` wrote into the current directory)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is not a path; name a file or directory ('.' for the current directory)",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _path() -> _PathArg:
+    return _PathArg(path_type=Path)
+
+
+def _shown(path) -> str:
+    """A path as text any terminal takes (a name that is not UTF-8 keeps its odd bytes escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,7 +98,7 @@ def main():
 
 
 @main.command(epilog=EPILOG_CHECK)
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=_path())
 @click.option("--werror", is_flag=True, help="Treat warnings as errors.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
 @_friendly
@@ -94,7 +123,7 @@ def check(files, werror, quiet):
             failed = failed or werror
         if not quiet:
             what = "library" if program.library else f"pipeline {program.name}"
-            click.echo(f"{path}: ok ({what}: {len(program.stages)} stages, "
+            click.echo(f"{_shown(path)}: ok ({what}: {len(program.stages)} stages, "
                        f"{len(program.request_fields)} request fields)")
     sys.exit(1 if failed else 0)
 
@@ -105,7 +134,7 @@ Examples:
   xlgen fmt --check stages/*.xl          # exit 1 if any file would change
   xlgen fmt --stdout stages/kv.xl
 """)
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=_path())
 @click.option("--check", "check_only", is_flag=True, help="Only report files that are not canonically formatted.")
 @click.option("--stdout", is_flag=True, help="Print the formatted text instead of rewriting the file.")
 @_friendly
@@ -132,12 +161,24 @@ def fmt(files, check_only, stdout):
         elif formatted != text:
             unformatted.append(path)
             if not check_only:
-                path.write_text(formatted)
-                click.echo(f"formatted {path}")
+                _write_formatted(path, formatted)
+                click.echo(f"formatted {_shown(path)}")
     if check_only and unformatted:
         for path in unformatted:
-            click.echo(f"would reformat {path}", err=True)
+            click.echo(f"would reformat {_shown(path)}", err=True)
         sys.exit(1)
+
+
+def _write_formatted(path: Path, text: str) -> None:
+    """Replace a source with its formatted text: all at once (a failure leaves it as it was), in the
+    file a link points to (the link stays), and never over a file its owner made read-only."""
+    from .files import write_atomically
+
+    real = Path(os.path.realpath(path))
+    if not os.stat(real).st_mode & stat.S_IWUSR:
+        raise FileProblem(path, f"'{path}' is read-only; make it writable (chmod u+w) or print the "
+                                "formatted text with --stdout")
+    write_atomically(real, text, keep_mode_of=real)
 
 
 @main.command(epilog="""\b
@@ -145,8 +186,8 @@ Examples:
   xlgen build stages/xl_spec.xl -o generated/
   xlgen build my_pipeline.xl -o build/ --check   # exit 1 if build/ is stale
 """)
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("generated"),
+@click.argument("file", type=_path())
+@click.option("-o", "--out", "out_dir", type=_path(), default=Path("generated"),
               show_default=True, help="Directory for the generated files.")
 @click.option("--check", "check_only", is_flag=True, help="Do not write; exit 1 if any generated file would change.")
 @_friendly
@@ -156,7 +197,7 @@ def build(file, out_dir, check_only):
 
     result = build_pipeline(file, out_dir, write=not check_only)
     for path, status in result.items():
-        click.echo(f"{status:>9}  {path}")
+        click.echo(f"{status:>9}  {_shown(path)}")
     if check_only and any(s != "unchanged" for s in result.values()):
         click.echo("generated files are stale; run xlgen build", err=True)
         sys.exit(1)
@@ -289,11 +330,12 @@ def _parse_param(module, item: str):
     return name, value
 
 
-def _run_backend(backend: str, compiled, workload, timeout: float = 120.0):
+def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None):
     from .runtime import cpu, sim
 
     if backend == "sim":
-        return sim.run(compiled.sim_module(), workload.params, workload.inputs, workload.config)
+        return sim.run_stoppable(compiled.sim_module(), workload.params, workload.inputs, workload.config,
+                                 sim_timeout)
     if backend == "cpu":
         return cpu.run(compiled, workload.params, workload.inputs, workload.config)
     from .runtime import gpu
@@ -450,6 +492,18 @@ _WORKLOAD_OPTIONS = [
 ]
 
 
+def _positive_seconds(ctx, param, value):
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise click.BadParameter(f"{value}: give a positive number of seconds")
+    return value
+
+
+_SIM_TIMEOUT = click.option(
+    "--timeout", "sim_timeout", type=float, default=None, metavar="SECONDS", callback=_positive_seconds,
+    help="Stop the simulator after this many seconds and print where each active request was "
+         "(request, round, stage), as Ctrl-C does. Default: no limit.")
+
+
 def _workload_options(fn):
     for option in reversed(_WORKLOAD_OPTIONS):
         fn = option(fn)
@@ -522,8 +576,10 @@ Examples:
 @click.option("--show", default=None, help="Comma-separated request fields to print per request.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
 @_kv_options
+@_SIM_TIMEOUT
 @_friendly
-def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot):
+def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot,
+        sim_timeout=None):
     """Run FILE's simulator (the executable specification) on a workload.
 
     One line per request: its status (done, error, watchdog), `ended` (the round in
@@ -550,7 +606,8 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
             bar.update(done - last[0])
             last[0] = done
 
-        result = engine.run(module, workload.params, workload.inputs, workload.config, progress=progress)
+        result = engine.run_stoppable(module, workload.params, workload.inputs, workload.config, sim_timeout,
+                                      progress=progress)
     click.echo(f"{'req':>5} {'status':>8} {'ended':>6} " + " ".join(f"{f:>14}" for f in fields))
     table = result.record_table  # grouped by request id: each group's last row is how it ended
     ends = np.flatnonzero(np.r_[table["req_id"][1:] != table["req_id"][:-1], True]) if len(table) else []
@@ -585,8 +642,9 @@ Examples:
 @click.option("--backend", "backends", default=None,
               help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
                    "(default: cpu, plus gpu when a GPU is present).")
+@_SIM_TIMEOUT
 @_friendly
-def diff(file, workload_name, count, max_active, param_overrides, backends):
+def diff(file, workload_name, count, max_active, param_overrides, backends, sim_timeout=None):
     """Run FILE on the simulator and other backends and compare their traces bit for bit.
 
     Deterministic backends must match the simulator's traces and final state
@@ -616,7 +674,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends):
             if not gpu.available():
                 raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
                                        "(pip install -e '.[gpu]')")
-    reference = _run_backend("sim", compiled, workload)
+    reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout)
     click.echo(_summary(compiled, reference, workload.config.max_active))
     failed = False
     for backend in chosen:
@@ -750,8 +808,8 @@ Examples:
   xlgen graph stages/xl_spec.xl                 # DOT on stdout
   xlgen graph stages/xl_spec.xl -o states.png   # a picture (needs Graphviz's `dot`)
 """)
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+@click.argument("file", type=_path())
+@click.option("-o", "--out", "out_path", type=_path(), default=None,
               help="Write here: .dot as text; .png/.svg/.pdf rendered with Graphviz.")
 @_friendly
 def graph(file, out_path):
@@ -770,14 +828,27 @@ def graph(file, out_path):
     if out_path is None:
         click.echo(dot, nl=False)
         return
-    if out_path.suffix == ".dot":
-        out_path.write_text(dot)
+    from .files import check_target, write_atomically
+
+    fmt = out_path.suffix[1:].lower()
+    if fmt not in ("dot", "gv", "png", "svg", "pdf"):
+        raise click.UsageError(f"-o {out_path}: give a file ending in .dot, .png, .svg or .pdf")
+    if not out_path.parent.is_dir():
+        raise FileProblem(out_path, f"cannot write '{out_path}': no such directory '{out_path.parent}'; "
+                                    "create it first")
+    exists = check_target(out_path)
+    if fmt in ("dot", "gv"):
+        data = dot.encode()
     else:
         if shutil.which("dot") is None:
             raise click.UsageError("rendering needs Graphviz's `dot` (apt-get install graphviz); "
                                    "or write a .dot file")
-        subprocess.run(["dot", f"-T{out_path.suffix[1:]}", "-o", str(out_path)], input=dot, text=True, check=True)
-    click.echo(f"wrote {out_path}")
+        rendered = subprocess.run(["dot", f"-T{fmt}"], input=dot.encode(), capture_output=True)
+        if rendered.returncode != 0:
+            raise click.ClickException(f"Graphviz's dot failed: {rendered.stderr.decode(errors='replace').strip()}")
+        data = rendered.stdout
+    write_atomically(out_path, data, keep_mode_of=out_path if exists else None)
+    click.echo(f"wrote {_shown(out_path)}")
 
 
 def run():  # pragma: no cover - console entry for `python -m xlgen`

@@ -26,13 +26,14 @@ for _t in ("i32", "u32", "f32"):
     for _op in ("==", "!=", "<", "<=", ">", ">="):
         BINARY[(_op, _t)] = "({a} " + _op + " {b})"
 for _t in ("i32", "u32", "flags"):
-    for _op in "&|^":
+    for _op in "|^":
         BINARY[(_op, _t)] = "({a} " + _op + " {b})"
+    BINARY[("&", _t)] = "xl_band({a}, {b})"  # a call, not `&`: see xl_band in xl_runtime.cuh
 for _t in ("bool", "enum", "flags"):
     BINARY[("==", _t)] = "({a} == {b})"
     BINARY[("!=", _t)] = "({a} != {b})"
 BINARY.update({("&&", "bool"): "({a} && {b})", ("||", "bool"): "({a} || {b})",
-               ("has", "flags"): "(({a} & {b}) == {b})"})
+               ("has", "flags"): "xl_has({a}, {b})"})
 
 CHECKED_BINARY = {"/", "%", "<<", ">>"}  # on integers: these take `{e}`
 

@@ -549,7 +549,39 @@ class Generator:
             ft = self.pick(self.flagsets)
             a, b = self.expr(ctx, ft, d), self.expr(ctx, ft, d)
             return E(f"({a.text} has {b.text})", a.const and b.const, a.flex or b.flex)
+        if r < 0.86:
+            paired = self.paired_tests(ctx)
+            if paired is not None:
+                return paired
         return self.common(ctx, t, d)
+
+    def paired_tests(self, ctx: Ctx) -> E | None:
+        """Two tests of one value against constants, joined by && or ||: `(f == F.A) && (f has B)`,
+        `(x != 3) || ((x & 6) == 2)`. Random operands almost never test one value twice, and such
+        pairs (often mutually exclusive) are what C++ compilers fold, and once refused to compile."""
+        types = [t for t in ["i32", "u32"] + list(self.flagsets) if self.scalars_of(ctx, t)]
+        if not types:
+            return None
+        t = self.pick(types)
+        x = self.pick(self.scalars_of(ctx, t)).name
+        if t in self.flagsets:
+            def value() -> str:
+                picked = {self.member(t).text for _ in range(self.rng.randrange(1, 3))}
+                return " | ".join(sorted(picked))
+
+            tests = [lambda: f"({x} {self.pick(['==', '!='])} {value()})", lambda: f"({x} has {value()})",
+                     lambda: f"(!({x} has {value()}))",
+                     lambda: f"(({x} & {value()}) {self.pick(['==', '!='])} {value()})"]
+        else:
+            suffix = "u" if t == "u32" else ""
+
+            def value() -> str:
+                return f"{self.pick([0, 1, 2, 3, 4, 6, 7, 8, 255])}{suffix}"
+
+            tests = [lambda: f"({x} {self.pick(['==', '!='])} {value()})",
+                     lambda: f"(({x} & {value()}) {self.pick(['==', '!='])} {value()})"]
+        first, second = self.pick(tests)(), self.pick(tests)()
+        return E(f"({first} {self.pick(['&&', '||'])} {second})", const=any(c.name == x for c in self.consts))
 
     def enum_expr(self, ctx: Ctx, t: str, d: int) -> E:
         return self.common(ctx, t, d)

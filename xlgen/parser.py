@@ -18,6 +18,10 @@ from .resources import data_dir
 # Deepest allowed syntax tree. The transformer, the checker, the printer and the
 # emitters all recurse over the tree; this keeps them far from Python's limit.
 MAX_NESTING = 100
+MAX_LOOPS = 16  # nested `for` loops: Python, which runs the simulator, compiles at most 20 nested blocks
+# Most constructs the parser may hold open at once (its stack): parentheses count here (500
+# nested pairs are fine) though not towards MAX_NESTING, whose check runs after the parse.
+MAX_OPEN = 10_000
 
 # The comment tokens of the parse in progress. The Lark instance is shared, so
 # its lexer callback appends to whatever list the current parse_text installed.
@@ -114,7 +118,7 @@ def parse_text(text: str, file: str) -> A.Module:
     comments: list[Token] = []
     reset = _COMMENTS.set(comments)
     try:
-        tree = _lark().parse(text)
+        tree = _parse_tree(text, file)
     except UnexpectedInput as exc:
         raise ParseFailure(_diagnose(exc, text, file)) from None
     finally:
@@ -126,25 +130,55 @@ def parse_text(text: str, file: str) -> A.Module:
     return A.Module(module.pipeline, module.items, file=file, loc=Loc(file, 1, 1), comments=table)
 
 
+def _parse_tree(text: str, file: str) -> Tree:
+    """Lark's LALR parse, token by token, stopping as soon as too much is open at once.
+
+    Lark's parser keeps its stack in a list, not in Python's call stack, so depth costs only
+    time; but a million '(' cost half a minute before the nesting check below could run.
+    """
+    parser = _lark().parse_interactive(text)
+    last = None
+    try:
+        for last in parser.iter_parse():
+            if len(parser.parser_state.state_stack) > MAX_OPEN:
+                raise ParseFailure(Diagnostic("error", Loc(file, last.line, last.column), (
+                    f"nesting too deep: more than {MAX_OPEN} parentheses, blocks, operators and other "
+                    "constructs are open here at once; split it up with 'let'")))
+        return parser.feed_eof(last)
+    except UnexpectedInput as exc:
+        exc.interactive_parser = parser  # as Lark's parse() leaves it: _diagnose asks what could come next
+        raise
+
+
 def comment_tokens(text: str) -> list[str]:
     """The text of every comment in `text`, in order (lexing only)."""
     return [str(t) for t in _lark().lex(text, dont_ignore=True) if t.type == "COMMENT"]
 
 
 def _check_nesting(tree: Tree, file: str) -> None:
-    """Reject trees deeper than MAX_NESTING, without recursing over them."""
-    stack = [(tree, 1)]
+    """Reject trees deeper than MAX_NESTING, or loops nested deeper than MAX_LOOPS, without recursing."""
+    stack = [(tree, 1, 0)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, loops = stack.pop()
+        loops += node.data == "for_stmt"
+        if loops > MAX_LOOPS:
+            raise ParseFailure(Diagnostic("error", Loc(file, node.meta.line, node.meta.column), (
+                f"loops nest too deep: at most {MAX_LOOPS} 'for' loops may nest (the simulator is Python, "
+                "which allows 20 nested blocks); move the inner loops into a function")))
         if depth > MAX_NESTING:
             meta = node.meta
             loc = Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1))
             raise ParseFailure(Diagnostic("error", loc, (
                 f"nesting too deep: blocks and expressions may nest at most {MAX_NESTING} levels "
-                "(each operator of a chain like a + b + c counts as one); split it up with 'let'")))
-        for child in reversed(node.children):
+                "(each operator of a chain like a + b + c counts as one, and each elif); split it up with 'let'")))
+        children, arms = [], 0
+        for child in node.children:
             if isinstance(child, Tree):
-                stack.append((child, depth + 1))
+                # Each elif (or else) of an if counts as one level deeper, as each operator of a
+                # chain does: the C++ emitter nests an arm whose condition may fail inside the last.
+                arms += child.data in ("elif_arm", "else_arm")
+                children.append((child, depth + 1 + arms, loops))
+        stack.extend(reversed(children))
 
 
 @dataclass

@@ -329,6 +329,103 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     return _finish(module, records, reqs, sh, rnd, "sim")
 
 
+def _declared_line(module, stage_name: str) -> int:
+    """The .xl line of a stage's declaration (the generated module's `# file.xl:N: stage NAME` comment)."""
+    for text in linecache.getlines(module.__file__):
+        match = re.match(r"# .*:(\d+): (?:stage|arbiter) (\w+)\s*$", text)
+        if match and match.group(2) == stage_name:
+            return int(match.group(1))
+    return 0
+
+
+class SimHang(Exception):
+    """The simulator was stopped (a timeout, Ctrl-C) before every request ended; `report` says
+    where each active request was, like the GPU's HangError."""
+
+    def __init__(self, report: str, interrupted: bool = False):
+        super().__init__(report)
+        self.report = report
+        self.interrupted = interrupted
+
+
+class _Deadline(BaseException):
+    """Raised by the timer inside whatever the simulator runs (generated code catches only XlRuntimeError)."""
+
+
+def run_stoppable(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
+                  timeout: float | None = None, **kwargs) -> RunResult:
+    """run(), but stopped after `timeout` seconds or by Ctrl-C with a SimHang and its report.
+
+    A stage can loop 2^40 times legally, so the timer interrupts wherever the simulator is
+    (SIGALRM; the main thread only), not just between rounds."""
+    import signal
+    import time
+
+    in_run = [True]
+
+    def expire(signum, frame):
+        if in_run[0]:  # not once run() has returned
+            raise _Deadline()
+
+    start = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire) if timeout else None
+    try:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        result = run(module, params, inputs, config, **kwargs)
+        in_run[0] = False
+        return result
+    except (_Deadline, KeyboardInterrupt) as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        why = "interrupted (Ctrl-C)" if interrupted else f"--timeout {timeout:g} s reached"
+        raise SimHang(hang_report(module, exc, f"simulator stopped: {why} after {time.monotonic() - start:.1f} s"),
+                      interrupted) from None
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> str:
+    """Where run() was when `exc` stopped it: its round, and each active request's stage.
+
+    Read from the stopped frames (run's locals and the stage turn's), so run() itself
+    needs no bookkeeping."""
+    run_frame = turn = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code is run.__code__:
+            run_frame = tb.tb_frame
+        elif code in (_run_stage.__code__, _retire_check.__code__):
+            turn = tb.tb_frame
+        tb = tb.tb_next
+    if run_frame is None:
+        return f"{headline}, before the first round"
+    at = run_frame.f_locals
+    rnd, active, n = at.get("rnd", 0), list(at.get("active", [])), at.get("n", 0)
+    queued = n - at.get("queue_head", 0)
+    lines = [f"{headline}; stopped in round {rnd} ({len(active)} active requests, {queued} queued, "
+             f"{n - len(active) - queued} ended)",
+             "request  round  stage             source"]
+    running, done_before = None, set()
+    if turn is not None:
+        running = getattr(turn.f_locals.get("r"), "xl_id", None)
+        stage = turn.f_locals.get("stage")
+        name = stage[0] if stage is not None else "(done when)"
+        line = _error_line(exc, module.__file__) or _declared_line(module, name)
+        lines.append(f"{running:>7}  {rnd:>5}  {name:<16}  {module.SOURCE}:{line}  (running)")
+        if stage is not None and not stage[2] and running in active:  # phase 1: those before it are through
+            done_before = set(active[: active.index(running)])
+    others = [req_id for req_id in active if req_id != running]
+    for req_id in others[: max(0, limit - 1)]:
+        where = "this round's stages done" if req_id in done_before else "waiting for its turn"
+        lines.append(f"{req_id:>7}  {rnd:>5}  {'-':<16}  ({where})")
+    if len(others) > limit - 1:
+        lines.append(f"  ... and {len(others) - (limit - 1)} more")
+    return "\n".join(lines)
+
+
 def run_interleaved(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
                     workers: int | None = None, seed: int = 0) -> RunResult:
     """Fast mode's semantics (docs/semantics.md), one schedule of many: `workers` warps

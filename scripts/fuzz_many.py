@@ -1,0 +1,51 @@
+"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/fuzzgen.py),
+simulator against the CPU build, over a range of seeds, one process per core.
+
+    python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
+
+Progress every 500 programs on stdout; result.json lists every failing seed with what failed.
+Reproduce one: `python -c "from xlgen.fuzzgen import generate; print(generate(SEED).source)"`.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from multiprocessing import Pool
+
+
+def one(seed: int):
+    """(seed, None) when the simulator and the CPU build agree on every launch; else what failed."""
+    from xlgen.fuzzgen import generate, run_case
+
+    cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
+    os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache
+    try:
+        problems = run_case(generate(seed), backends=["cpu"])
+        return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None
+    except Exception:
+        return seed, "error: " + traceback.format_exc()[-3000:]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def main() -> None:
+    first, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    started, done, failures = time.time(), 0, []
+    with Pool(int(os.environ.get("JOBS", os.cpu_count() or 1))) as pool:
+        for seed, problem in pool.imap_unordered(one, range(first, first + count), chunksize=4):
+            done += 1
+            if problem:
+                failures.append({"seed": seed, "problem": problem})
+            if done % 500 == 0 or done == count:
+                with open(out, "w") as f:
+                    json.dump({"first": first, "count": count, "done": done, "failures": failures,
+                               "seconds": round(time.time() - started, 1)}, f, indent=1)
+                print(f"{done} programs, {len(failures)} failing, {time.time() - started:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

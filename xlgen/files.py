@@ -1,0 +1,195 @@
+"""Reading sources and writing outputs without surprises.
+
+Sources are read only from regular files, up to MAX_SOURCE_BYTES (a FIFO would
+block, /dev/zero never ends). Outputs are written atomically: a temporary file
+in the target's directory, then os.replace, so a failure (disk full, a file
+size limit, a permission) leaves the old file as it was. A generated file's
+name in an output directory must be free or a regular file: xlgen never writes
+through a symbolic link (it could point anywhere). Every failure is a
+FileProblem whose message names the path and says what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+MAX_SOURCE_BYTES = 1 << 20  # 1 MiB: ~100 times the bundled pipeline's largest file
+
+
+class FileProblem(Exception):
+    """A file-system failure on `path`, explained for the user."""
+
+    def __init__(self, path, message: str):
+        super().__init__(message)
+        self.path = str(path)
+        self.message = message
+
+
+def read_source_bytes(path: Path) -> bytes:
+    """The bytes of a source file; FileProblem unless it is a readable regular file of at most 1 MiB."""
+    name = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileProblem(path, f"no such file: '{name}'") from None
+    except ValueError:  # a NUL character
+        raise FileProblem(path, f"'{name}' is not a valid path (it contains a NUL character)") from None
+    except OSError as exc:
+        raise FileProblem(path, _cannot_read(name, exc)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise FileProblem(path, f"'{name}' is a directory, not an .xl file")
+        if not stat.S_ISREG(mode):
+            raise FileProblem(path, f"'{name}' is not a regular file (a {_kind(mode)}); give an .xl file")
+        data = _read_at_most(fd, MAX_SOURCE_BYTES + 1)  # not st_size: a file may grow while it is read
+    except OSError as exc:
+        raise FileProblem(path, _cannot_read(name, exc)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise FileProblem(path, f"'{name}' is larger than {MAX_SOURCE_BYTES} bytes (1 MiB), the limit for an .xl "
+                                "source; split it into files that import each other")
+    return data
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _cannot_read(name: str, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return f"cannot read '{name}': a symbolic link loop (a link that leads back to itself); fix the link"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"cannot read '{name}': permission denied; make it readable (chmod u+r)"
+    return f"cannot read '{name}': {exc.strerror or exc}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+def ensure_directory(out: Path) -> None:
+    """Create the output directory `out` (and its parents), or say why it cannot be."""
+    try:
+        _ensure_directory(out)
+    except OSError as exc:  # e.g. a name too long even to look at
+        raise FileProblem(out, f"cannot create directory '{out}': {_why_not_written(exc)}") from None
+
+
+def _ensure_directory(out: Path) -> None:
+    if out.is_dir():
+        return
+    if out.exists() or out.is_symlink():
+        raise FileProblem(out, f"'{out}' exists and is not a directory; choose an output directory")
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise FileProblem(out, f"cannot create directory '{out}': '{blocker}' is a file, not a directory; "
+                               "choose another output directory")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def check_target(path: Path) -> bool:
+    """Whether `path` exists (as a regular file); FileProblem if it is something xlgen must not replace."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise FileProblem(path, f"cannot use '{path}': {exc.strerror or exc}") from None
+    if stat.S_ISLNK(mode):
+        raise FileProblem(path, f"'{path}' is a symbolic link; xlgen does not write through links (it could "
+                                "point out of the output directory): remove the link or choose another directory")
+    if stat.S_ISDIR(mode):
+        raise FileProblem(path, f"'{path}' is a directory where a generated file belongs; remove it or choose "
+                                "another output directory")
+    if not stat.S_ISREG(mode):
+        raise FileProblem(path, f"'{path}' is not a regular file (a {_kind(mode)}); remove it or choose another "
+                                "output directory")
+    return True
+
+
+def same_content(path: Path, data: bytes) -> bool:
+    """Whether the regular file `path` holds exactly `data` (read only when the sizes agree)."""
+    try:
+        if os.stat(path).st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except OSError as exc:
+        raise FileProblem(path, _cannot_read(str(path), exc)) from None
+
+
+def write_atomically(path: Path, data: bytes | str, keep_mode_of: Path | None = None) -> None:
+    """Replace `path` with `data` all at once: the old content or the new, never a mixture or a half.
+
+    The new file keeps the permission bits of `keep_mode_of` (the file it replaces) when given.
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    directory = path.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise FileProblem(path, f"cannot write '{path}': {_why_not_written(exc)}") from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        if keep_mode_of is not None:
+            os.chmod(tmp, stat.S_IMODE(os.stat(keep_mode_of).st_mode))
+        else:  # mkstemp makes 0600; a new output gets the usual 0666 less the umask
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise FileProblem(path, f"cannot write '{path}': {_why_not_written(exc)}; "
+                                    "the file is unchanged") from None
+        raise
+
+
+def _why_not_written(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (the directory is not writable); fix its permissions or choose another place"
+    if exc.errno == errno.EROFS:
+        return "the file system is read-only; choose another place"
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device; free some space and run again"
+    if exc.errno == errno.EDQUOT:
+        return "disk quota exceeded; free some space and run again"
+    if exc.errno == errno.EFBIG:
+        return "file too large for this process's file size limit (ulimit -f); raise the limit and run again"
+    if exc.errno == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    if exc.errno == errno.ENOENT:
+        return "its directory does not exist; create it first"
+    return exc.strerror or str(exc)
