@@ -193,7 +193,7 @@ XL_DEVICE float fn_boosted(XlErr& xl_caller, int32_t xl_key, const Params& p, fl
 XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t shape, float base, int32_t k, int32_t limit) {
     XlErr err = {0, 0, 0};
     [[maybe_unused]] float a = base;
-    if (shape == Profile::STRUCTURED) {
+    if (xl_eq(shape, Profile::STRUCTURED)) {
         if (xl_mul(4, k) < limit) {
             {
                 const float xl_v = fn_boosted(err, 1, p, base);
@@ -205,8 +205,8 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
         } else {
             a = xl_fmul(0.125f, base);
         }
-    } else if (shape == Profile::BURSTY) {
-        const bool xl_c1 = xl_rem(err, 2, 39, xl_div(err, 1, 39, k, xl_max(p.burst_len, 1)), 2) == 0;
+    } else if (xl_eq(shape, Profile::BURSTY)) {
+        const bool xl_c1 = xl_eq(xl_rem(err, 2, 39, xl_div(err, 1, 39, k, xl_max(p.burst_len, 1)), 2), 0);
         if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
         if (xl_c1) {
             {
@@ -280,8 +280,8 @@ XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p
     (void)xl_caller;
     (void)p;
     (void)xl_key;
-    if (policy == 1) {
-        if (prio_a != prio_b) {
+    if (xl_eq(policy, 1)) {
+        if (xl_ne(prio_a, prio_b)) {
             return (prio_a < prio_b);
         }
         if (ema_a != ema_b) {
@@ -293,7 +293,7 @@ XL_DEVICE bool fn_evict_before(XlErr& xl_caller, int32_t xl_key, const Params& p
 
 // stages/prefill.xl:10: stage prefill
 XL_DEVICE bool guard_prefill(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return ((r.state == ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
+    return (xl_eq(r.state, ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -328,7 +328,7 @@ XL_DEVICE void trace_prefill(uint32_t* w, const Request& r) {
 
 // stages/decode.xl:10: stage decode
 XL_DEVICE bool guard_decode(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return ((r.state == ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
+    return (xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -353,7 +353,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
 
 // stages/verify.xl:7: stage spec_verify
 XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::VERIFY_READY);
+    return xl_eq(r.state, ReqState::VERIFY_READY);
 }
 
 XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -405,7 +405,7 @@ XL_DEVICE void trace_spec_verify(uint32_t* w, const Request& r) {
 
 // stages/commit.xl:6: stage commit
 XL_DEVICE bool guard_commit(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::COMMIT_READY);
+    return xl_eq(r.state, ReqState::COMMIT_READY);
 }
 
 XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -427,7 +427,7 @@ XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int3
         XL_WARP_STORE(r.n_out, xl_add(r.n_out, 1));
         appended = xl_add(appended, 1);
         XL_WARP_STORE(r.last_token, tok);
-        if ((tok == p.eos_token) || (r.n_out >= r.token_limit)) {
+        if (xl_eq(tok, p.eos_token) || (r.n_out >= r.token_limit)) {
             finished = true;
             break;
         }
@@ -469,7 +469,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             break;
         }
         [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c1 = (pg >= 0) && (sh.page_gen[xl_idx(err, 1, 79, pg, 16384)] != r.kv_gens[k]);
+        const bool xl_c1 = (pg >= 0) && xl_ne(sh.page_gen[xl_idx(err, 1, 79, pg, 16384)], r.kv_gens[k]);
         if (err.code) return err;
         if (xl_c1) {
             r.kv_pages[k] = -1;
@@ -479,16 +479,16 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
     if (lost > 0) {
         r.kv_misses = xl_add(r.kv_misses, 1);
         r.kv_miss_pages = xl_add(r.kv_miss_pages, lost);
-    } else if ((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) {
+    } else if (xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_held > 0)) {
         r.kv_hits = xl_add(r.kv_hits, 1);
     }
     [[maybe_unused]] int32_t committed_tok = 0;
     [[maybe_unused]] int32_t total_tok = 0;
-    if (r.state == ReqState::PREFILL_READY) {
+    if (xl_eq(r.state, ReqState::PREFILL_READY)) {
         [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
         if (err.code) return err;
         total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
-    } else if (r.state != ReqState::DONE) {
+    } else if (xl_ne(r.state, ReqState::DONE)) {
         committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
         total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
     }
@@ -505,7 +505,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
     }
     r.kv_want = tp;
     [[maybe_unused]] bool graft_wait = false;
-    if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
+    if ((((xl_eq(r.state, ReqState::PREFILL_READY) && xl_eq(r.kv_held, 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && xl_ne(r.graft_source_id, req_id)) {
         [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 117, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
         if (err.code) return err;
         if (g > 0) {
@@ -513,8 +513,8 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 if (xl_p >= sh.kv_fresh) {
                     break;
                 }
-                if ((sh.page_owner[xl_p] == r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
-                    if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
+                if (xl_eq(sh.page_owner[xl_p], r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
+                    if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                         {
                             const int32_t xl_v = xl_p;
                             const int32_t xl_i = xl_idx(err, 1, 125, sh.page_slot[xl_p], 256);
@@ -558,7 +558,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
             break;
         }
         [[maybe_unused]] int32_t pg = r.kv_pages[k];
-        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && (sh.page_kind[xl_idx(err, 1, 155, pg, 16384)] == PageKind::DRAFT);
+        const bool xl_c2 = ((k >= r.kv_borrowed) && (pg >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 155, pg, 16384)], PageKind::DRAFT);
         if (err.code) return err;
         if (xl_c2) {
             {
@@ -590,14 +590,14 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
         } else if (sh.kv_fresh < pool) {
             pg = sh.kv_fresh;
             sh.kv_fresh = xl_add(sh.kv_fresh, 1);
-        } else if (r.state != ReqState::PREFILL_READY) {
+        } else if (xl_ne(r.state, ReqState::PREFILL_READY)) {
             [[maybe_unused]] int32_t best = -1;
             for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
                 if (xl_p >= sh.kv_fresh) {
                     break;
                 }
                 [[maybe_unused]] int32_t o = sh.page_owner[xl_p];
-                if (((((o > req_id) && (sh.page_kind[xl_p] == PageKind::COMMITTED)) && (sh.page_refs[xl_p] == 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
+                if (((((o > req_id) && xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_p], 1)) && (!(bool)sh.page_pinned[xl_p])) && (sh.page_last_use[xl_p] <= r.kv_prev_tick)) {
                     const bool xl_c3 = (best < 0) || fn_evict_before(err, 4, p, p.eviction_policy, sh.page_prio[xl_p], sh.page_ema[xl_p], sh.page_last_use[xl_p], sh.page_prio[xl_idx(err, 1, 186, best, 16384)], sh.page_ema[xl_idx(err, 2, 186, best, 16384)], sh.page_last_use[xl_idx(err, 3, 186, best, 16384)]);
                     if (err.code) return err;
                     if (xl_c3) {
@@ -708,7 +708,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
     }
     [[maybe_unused]] int32_t keep = tp;
     if (!ok) {
-        keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
+        keep = (xl_eq(r.state, ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
         r.kv_waits = xl_add(r.kv_waits, 1);
         if ((sh.kv_last_progress < r.kv_prev_tick) && (r.kv_held > 0)) {
             keep = 0;
@@ -726,7 +726,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
         [[maybe_unused]] int32_t pg = r.kv_pages[k];
         if ((k >= keep) && (pg >= 0)) {
             if (k >= r.kv_borrowed) {
-                r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
+                r.kv_miss_pages = xl_add(r.kv_miss_pages, ((xl_eq(keep, 0) && (k < cp)) ? 1 : 0));
             }
             {
                 const int32_t xl_v = xl_sub(sh.page_refs[xl_idx(err, 1, 254, pg, 16384)], 1);
@@ -734,10 +734,10 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 if (err.code) return err;
                 sh.page_refs[xl_i] = xl_v;
             }
-            const bool xl_c4 = sh.page_refs[xl_idx(err, 1, 255, pg, 16384)] == 0;
+            const bool xl_c4 = xl_eq(sh.page_refs[xl_idx(err, 1, 255, pg, 16384)], 0);
             if (err.code) return err;
             if (xl_c4) {
-                const bool xl_c5 = sh.page_kind[xl_idx(err, 1, 256, pg, 16384)] == PageKind::DRAFT;
+                const bool xl_c5 = xl_eq(sh.page_kind[xl_idx(err, 1, 256, pg, 16384)], PageKind::DRAFT);
                 if (err.code) return err;
                 if (xl_c5) {
                     sh.kv_draft = xl_sub(sh.kv_draft, 1);
@@ -828,7 +828,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 if (err.code) return err;
                 sh.page_ema[xl_i] = xl_v;
             }
-            [[maybe_unused]] int32_t in_page = ((sh.page_kind[xl_idx(err, 1, 294, pg, 16384)] == PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
+            [[maybe_unused]] int32_t in_page = (xl_eq(sh.page_kind[xl_idx(err, 1, 294, pg, 16384)], PageKind::COMMITTED) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
             if (err.code) return err;
             {
                 const int32_t xl_v = xl_add(sh.kv_used_tokens, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 295, pg, 16384)]));
@@ -841,7 +841,7 @@ XL_DEVICE XlErr stage_kv_manage(Request& r, Shared& sh, const Params& p, int32_t
                 if (err.code) return err;
                 sh.page_used[xl_i] = xl_v;
             }
-            const bool xl_c6 = sh.page_kind[xl_idx(err, 1, 297, pg, 16384)] == PageKind::COMMITTED;
+            const bool xl_c6 = xl_eq(sh.page_kind[xl_idx(err, 1, 297, pg, 16384)], PageKind::COMMITTED);
             if (err.code) return err;
             if (xl_c6) {
                 own_committed = xl_add(own_committed, 1);
@@ -873,7 +873,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
 }
 
 XL_DEVICE bool is_done(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::DONE);
+    return xl_eq(r.state, ReqState::DONE);
 }
 
 // ---- one round ---------------------------------------------------------------------------
