@@ -224,7 +224,7 @@ XL_DEVICE float fn_boosted(XlErr& xl_caller, int32_t xl_key, const Params& p, fl
 XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t shape, float base, int32_t k, int32_t limit) {
     XlErr err = {0, 0, 0};
     [[maybe_unused]] float a = base;
-    if (shape == Profile::STRUCTURED) {
+    if (xl_eq(shape, Profile::STRUCTURED)) {
         if (xl_mul(4, k) < limit) {
             {
                 const float xl_v = fn_boosted(err, 1, p, base);
@@ -236,8 +236,8 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
         } else {
             a = xl_fmul(0.125f, base);
         }
-    } else if (shape == Profile::BURSTY) {
-        const bool xl_c1 = xl_rem(err, 2, 39, xl_div(err, 1, 39, k, xl_max(p.burst_len, 1)), 2) == 0;
+    } else if (xl_eq(shape, Profile::BURSTY)) {
+        const bool xl_c1 = xl_eq(xl_rem(err, 2, 39, xl_div(err, 1, 39, k, xl_max(p.burst_len, 1)), 2), 0);
         if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
         if (xl_c1) {
             {
@@ -311,12 +311,12 @@ XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& 
     (void)xl_caller;
     (void)p;
     (void)xl_key;
-    return (((served == 0) && (last_progress < xl_sub(now, 1))) && (stalled_holder != 2147483647));
+    return ((xl_eq(served, 0) && (last_progress < xl_sub(now, 1))) && xl_ne(stalled_holder, 2147483647));
 }
 
 // stages/prefill.xl:10: stage prefill
 XL_DEVICE bool guard_prefill(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return ((r.state == ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
+    return (xl_eq(r.state, ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -351,7 +351,7 @@ XL_DEVICE void trace_prefill(uint32_t* w, const Request& r) {
 
 // stages/decode.xl:10: stage decode
 XL_DEVICE bool guard_decode(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return ((r.state == ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
+    return (xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
 XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -376,7 +376,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
 
 // stages/verify.xl:7: stage spec_verify
 XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::VERIFY_READY);
+    return xl_eq(r.state, ReqState::VERIFY_READY);
 }
 
 XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -428,7 +428,7 @@ XL_DEVICE void trace_spec_verify(uint32_t* w, const Request& r) {
 
 // stages/commit.xl:6: stage commit
 XL_DEVICE bool guard_commit(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::COMMIT_READY);
+    return xl_eq(r.state, ReqState::COMMIT_READY);
 }
 
 XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
@@ -450,7 +450,7 @@ XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int3
         XL_WARP_STORE(r.n_out, xl_add(r.n_out, 1));
         appended = xl_add(appended, 1);
         XL_WARP_STORE(r.last_token, tok);
-        if ((tok == p.eos_token) || (r.n_out >= r.token_limit)) {
+        if (xl_eq(tok, p.eos_token) || (r.n_out >= r.token_limit)) {
             finished = true;
             break;
         }
@@ -545,11 +545,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : xl_band(r.req_flags, 6u));
         [[maybe_unused]] int32_t committed_tok = 0;
         [[maybe_unused]] int32_t total_tok = 0;
-        if (r.state == ReqState::PREFILL_READY) {
+        if (xl_eq(r.state, ReqState::PREFILL_READY)) {
             [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
             if (err.code) return err;
             total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
-        } else if (r.state != ReqState::DONE) {
+        } else if (xl_ne(r.state, ReqState::DONE)) {
             committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
             total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
         }
@@ -566,7 +566,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         r.kv_want = tp;
         [[maybe_unused]] bool graft_wait = false;
-        if (((((r.state == ReqState::PREFILL_READY) && (r.kv_held == 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && (r.graft_source_id != req_id)) {
+        if ((((xl_eq(r.state, ReqState::PREFILL_READY) && xl_eq(r.kv_held, 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && xl_ne(r.graft_source_id, req_id)) {
             [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 94, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (err.code) return err;
             if (g > 0) {
@@ -574,8 +574,8 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (xl_p >= sh.kv_fresh) {
                         break;
                     }
-                    if ((sh.page_owner[xl_p] == r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
-                        if (sh.page_kind[xl_p] == PageKind::COMMITTED) {
+                    if (xl_eq(sh.page_owner[xl_p], r.graft_source_id) && (sh.page_slot[xl_p] < g)) {
+                        if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
                                 const int32_t xl_i = xl_idx(err, 1, 102, sh.page_slot[xl_p], 256);
@@ -629,7 +629,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
             if ((pg >= 0) && (k >= r.kv_borrowed)) {
                 if (k < cp) {
-                    const bool xl_c1 = sh.page_kind[xl_idx(err, 1, 148, pg, 16384)] == PageKind::DRAFT;
+                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 148, pg, 16384)], PageKind::DRAFT);
                     if (err.code) return err;
                     if (xl_c1) {
                         {
@@ -642,7 +642,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         d_committed = xl_add(d_committed, 1);
                     }
                 } else {
-                    const bool xl_c2 = sh.page_kind[xl_idx(err, 1, 153, pg, 16384)] != PageKind::COMMITTED;
+                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 153, pg, 16384)], PageKind::COMMITTED);
                     if (err.code) return err;
                     if (xl_c2) {
                         drafts = xl_add(drafts, 1);
@@ -655,7 +655,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 need = xl_add(need, (((k < tp) && (!graft_wait)) ? 1 : 0));
             }
         }
-        if (((r.state == ReqState::DECODE_READY) && (r.kv_held > 0)) && (missing_committed == 0)) {
+        if ((xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_held > 0)) && xl_eq(missing_committed, 0)) {
             r.kv_hits = xl_add(r.kv_hits, 1);
         }
         [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool), sh.kv_fresh);
@@ -704,8 +704,8 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] bool ok = ((!graft_wait) && ((need == 0) || (xl_add(before, need) <= supply)));
-        if ((((!ok) && (need > 0)) && (before <= supply)) && (r.state != ReqState::PREFILL_READY)) {
+        [[maybe_unused]] bool ok = ((!graft_wait) && (xl_eq(need, 0) || (xl_add(before, need) <= supply)));
+        if ((((!ok) && (need > 0)) && (before <= supply)) && xl_ne(r.state, ReqState::PREFILL_READY)) {
             {
                 const int32_t xl_v = req_id;
                 if (err.code) return err;
@@ -932,9 +932,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] int32_t keep = tp;
         if (!ok) {
-            keep = ((r.state == ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
+            keep = (xl_eq(r.state, ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
             r.kv_waits = xl_add(r.kv_waits, 1);
-            if (((served == 0) && (sh.kv_last_progress < xl_sub(now, 1))) && (stalled_holder == req_id)) {
+            if ((xl_eq(served, 0) && (sh.kv_last_progress < xl_sub(now, 1))) && xl_eq(stalled_holder, req_id)) {
                 keep = 0;
                 {
                     const int32_t xl_v = 1;
@@ -1130,7 +1130,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             }
             if ((k >= keep) && (pg >= 0)) {
                 if (k >= r.kv_borrowed) {
-                    r.kv_miss_pages = xl_add(r.kv_miss_pages, (((keep == 0) && (k < cp)) ? 1 : 0));
+                    r.kv_miss_pages = xl_add(r.kv_miss_pages, ((xl_eq(keep, 0) && (k < cp)) ? 1 : 0));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
@@ -1138,7 +1138,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (err.code) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && (sh.page_kind[xl_idx(err, 1, 238, pg, 16384)] != PageKind::COMMITTED);
+                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 238, pg, 16384)], PageKind::COMMITTED);
                 if (err.code) return err;
                 if (xl_c3) {
                     d_draft = xl_sub(d_draft, 1);
@@ -1160,7 +1160,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (err.code) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c4 = sh.page_used[xl_idx(err, 1, 244, pg, 16384)] != 0;
+                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 244, pg, 16384)], 0);
                     if (err.code) return err;
                     if (xl_c4) {
                         {
@@ -1196,10 +1196,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || (sh.page_kind[xl_idx(err, 1, 260, pg, 16384)] == PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 260, pg, 16384)], PageKind::COMMITTED));
                 if (err.code) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c5 = in_page != sh.page_used[xl_idx(err, 1, 262, pg, 16384)];
+                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 262, pg, 16384)]);
                 if (err.code) return err;
                 if (xl_c5) {
                     {
@@ -1230,7 +1230,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         r.kv_held = xl_min(r.kv_held, keep);
         r.kv_borrowed = xl_min(r.kv_borrowed, keep);
-        if (first == req_id) {
+        if (xl_eq(first, req_id)) {
             {
                 const int32_t xl_v = now;
                 if (err.code) return err;
@@ -1258,28 +1258,28 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         r.kv_committed_pages = own_committed;
         r.kv_draft_pages = own_draft;
-        if (d_live != 0) {
+        if (xl_ne(d_live, 0)) {
             {
                 const int32_t xl_v = d_live;
                 if (err.code) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
             }
         }
-        if (d_draft != 0) {
+        if (xl_ne(d_draft, 0)) {
             {
                 const int32_t xl_v = d_draft;
                 if (err.code) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
             }
         }
-        if (d_committed != 0) {
+        if (xl_ne(d_committed, 0)) {
             {
                 const int32_t xl_v = d_committed;
                 if (err.code) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
             }
         }
-        if (d_used != 0) {
+        if (xl_ne(d_used, 0)) {
             {
                 const int32_t xl_v = d_used;
                 if (err.code) return err;
@@ -1380,7 +1380,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = (sh.page_refs[xl_idx(err, 1, 330, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 330, pg, 16384)] != PageKind::FREE);
+            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 330, pg, 16384)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 330, pg, 16384)], PageKind::FREE);
             if (err.code) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1428,7 +1428,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = (sh.page_refs[xl_idx(err, 1, 342, pg, 16384)] == 0) && (sh.page_kind[xl_idx(err, 2, 342, pg, 16384)] != PageKind::FREE);
+            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 342, pg, 16384)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 342, pg, 16384)], PageKind::FREE);
             if (err.code) return err;
             if (xl_c2) {
                 {
@@ -1479,7 +1479,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 slot = xl_add(slot, 1);
             }
         }
-        if (me == 0) {
+        if (xl_eq(me, 0)) {
             {
                 const int32_t xl_v = xl_add(sh.kv_free_top, total);
                 if (err.code) return err;
@@ -1546,14 +1546,14 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 377, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 377, pg, 16384)] == 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 377, pg, 16384)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 377, pg, 16384)], 1);
                 if (err.code) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
                 }
             }
         }
-        [[maybe_unused]] int32_t prio_key = ((eligible == 0) ? 2147483647 : ((p.eviction_policy == 1) ? r.priority : 0));
+        [[maybe_unused]] int32_t prio_key = (xl_eq(eligible, 0) ? 2147483647 : (xl_eq(p.eviction_policy, 1) ? r.priority : 0));
         {
             const int32_t xl_v = prio_key;
             if (err.code) return err;
@@ -1567,7 +1567,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] float ema_key = (((eligible == 0) || (prio_key != top_prio)) ? 2.0f : ((p.eviction_policy == 1) ? r.ema_acceptance_rate : 0.0f));
+        [[maybe_unused]] float ema_key = ((xl_eq(eligible, 0) || xl_ne(prio_key, top_prio)) ? 2.0f : (xl_eq(p.eviction_policy, 1) ? r.ema_acceptance_rate : 0.0f));
         {
             const float xl_v = ema_key;
             if (err.code) return err;
@@ -1655,14 +1655,14 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t victim = xl_frame.victim;
         [[maybe_unused]] int32_t found = xl_frame.found;
         [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
-        if (first == req_id) {
+        if (xl_eq(first, req_id)) {
             {
                 const int32_t xl_v = 0;
                 if (err.code) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_short), xl_word_bits(xl_v));
             }
         }
-        if ((found < 2147483647) && (victim == req_id)) {
+        if ((found < 2147483647) && xl_eq(victim, req_id)) {
             [[maybe_unused]] int32_t n = 0;
             [[maybe_unused]] int32_t used = 0;
             for (int32_t j = 0; j < 256; ++j) {
@@ -1672,7 +1672,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 401, k, 256)];
                 if (err.code) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && (sh.page_kind[xl_idx(err, 1, 402, pg, 16384)] == PageKind::COMMITTED)) && (sh.page_refs[xl_idx(err, 2, 402, pg, 16384)] == 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 402, pg, 16384)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 402, pg, 16384)], 1);
                 if (err.code) return err;
                 if (xl_c2) {
                     {
@@ -1770,7 +1770,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
 }
 
 XL_DEVICE bool is_done(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (r.state == ReqState::DONE);
+    return xl_eq(r.state, ReqState::DONE);
 }
 
 // ---- one round ---------------------------------------------------------------------------

@@ -78,6 +78,11 @@ XL_HD uint32_t xl_mul(uint32_t a, uint32_t b) { return a * b; }
 XL_HD int32_t xl_band(int32_t a, int32_t b) { return a & b; }
 XL_HD uint32_t xl_band(uint32_t a, uint32_t b) { return a & b; }
 XL_HD bool xl_has(uint32_t a, uint32_t b) { return (a & b) == b; }
+// `==` and `!=` too: `(x ^ x) != (c && x == C ? x : 1u)` folds to `x != C || x != 0` (fuzz seed 6541).
+XL_HD bool xl_eq(int32_t a, int32_t b) { return a == b; }
+XL_HD bool xl_eq(uint32_t a, uint32_t b) { return a == b; }
+XL_HD bool xl_ne(int32_t a, int32_t b) { return a != b; }
+XL_HD bool xl_ne(uint32_t a, uint32_t b) { return a != b; }
 
 XL_HD int32_t xl_div(XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
     if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
