@@ -16,6 +16,10 @@ def _example() -> str:
     return re.search(r"## A taste of the language\n\n```\n(.*?)```", README.read_text(), re.S).group(1)
 
 
+def _collective_example() -> str:
+    return re.search(r"gives the same tickets:.*?```\n(.*?)```", README.read_text(), re.S).group(1)
+
+
 def test_readme_example_is_canonical_and_runs_identically():
     text = _example()
     assert format_module(parse_text(text, "tally.xl")) == text
@@ -26,3 +30,17 @@ def test_readme_example_is_canonical_and_runs_identically():
     b = cpu.run(compiled, {}, inputs, config)
     assert compare(compiled.program, a, b) is None
     assert sorted(a.requests["ticket"].tolist()) == list(range(6))  # the arbiter granted one ticket each
+
+
+def test_readme_collective_example_gives_the_arbiters_tickets():
+    """The collective version hands out the tickets the serial arbiter does, on every backend."""
+    text = _collective_example()
+    assert format_module(parse_text(text, "tally_all_at_once.xl")) == text
+    serial, parallel = load_text(_example(), "tally.xl"), load_text(text, "tally_all_at_once.xl")
+    config = sim.LaunchConfig(max_active=3)
+    inputs = [{} for _ in range(8)]
+    a = sim.run(serial.sim_module(), {}, inputs, config)
+    b = sim.run(parallel.sim_module(), {}, inputs, config)
+    assert compare(parallel.program, b, cpu.run(parallel, {}, inputs, config)) is None
+    assert b.requests["ticket"].tolist() == a.requests["ticket"].tolist() == list(range(8))
+    assert int(b.shared["granted"][0]) == int(a.shared["granted"][0]) == 8
