@@ -177,19 +177,17 @@ def write_atomically(path: Path, data: bytes | str, keep_mode_of: Path | None = 
         raise
 
 
+_NOT_WRITTEN = {  # errno -> what went wrong and what to do
+    errno.EACCES: "permission denied (the directory is not writable); fix its permissions or choose another place",
+    errno.EPERM: "permission denied (the directory is not writable); fix its permissions or choose another place",
+    errno.EROFS: "the file system is read-only; choose another place",
+    errno.ENOSPC: "no space left on the device; free some space and run again",
+    errno.EDQUOT: "disk quota exceeded; free some space and run again",
+    errno.EFBIG: "file too large for this process's file size limit (ulimit -f); raise the limit and run again",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.ENOENT: "its directory does not exist; create it first",
+}
+
+
 def _why_not_written(exc: OSError) -> str:
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied (the directory is not writable); fix its permissions or choose another place"
-    if exc.errno == errno.EROFS:
-        return "the file system is read-only; choose another place"
-    if exc.errno == errno.ENOSPC:
-        return "no space left on the device; free some space and run again"
-    if exc.errno == errno.EDQUOT:
-        return "disk quota exceeded; free some space and run again"
-    if exc.errno == errno.EFBIG:
-        return "file too large for this process's file size limit (ulimit -f); raise the limit and run again"
-    if exc.errno == errno.ENOTDIR:
-        return "a part of the path is a file, not a directory"
-    if exc.errno == errno.ENOENT:
-        return "its directory does not exist; create it first"
-    return exc.strerror or str(exc)
+    return _NOT_WRITTEN.get(exc.errno) or exc.strerror or str(exc)
