@@ -242,3 +242,27 @@ def test_fast_mode_runs_each_request_alone():
     deterministic = sim.run(module, {}, [{}, {"bad": 9}, {}], sim.LaunchConfig(max_active=3))
     assert compare_results(compiled.program, result, deterministic, ["done_"]) is None
     assert list(deterministic.requests["s1"]) == [3, 3, 3]
+
+
+def test_a_timeout_inside_a_collective_stage_names_it():
+    """The simulator's hang report (--timeout, Ctrl-C) finds a request stopped in a collective stage."""
+    src = """pipeline slow
+request {
+    n: u32
+}
+collective spin {
+    let before = scan(1)
+    for i in 0..1048576 {
+        for j in 0..1048576 {
+            n = n * 3u + (i as u32) + (j as u32) + (before as u32)
+        }
+    }
+}
+done when true
+"""
+    compiled = load_text(src, name="slow.xl")
+    with pytest.raises(sim.SimHang) as stopped:
+        sim.run_stoppable(compiled.sim_module(), {}, [{}, {}], sim.LaunchConfig(max_active=2), 0.3)
+    line = compiled.program.stage("spin").loc.line
+    running = [row for row in stopped.value.report.splitlines() if "(running)" in row]
+    assert len(running) == 1 and "spin" in running[0] and f"slow.xl:{line}" in running[0], stopped.value.report

@@ -329,15 +329,6 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
     return _finish(module, records, reqs, sh, rnd, "sim")
 
 
-def _declared_line(module, stage_name: str) -> int:
-    """The .xl line of a stage's declaration (the generated module's `# file.xl:N: stage NAME` comment)."""
-    for text in linecache.getlines(module.__file__):
-        match = re.match(r"# .*:(\d+): (?:stage|arbiter) (\w+)\s*$", text)
-        if match and match.group(2) == stage_name:
-            return int(match.group(1))
-    return 0
-
-
 class SimHang(Exception):
     """The simulator was stopped (a timeout, Ctrl-C) before every request ended; `report` says
     where each active request was, like the GPU's HangError."""
@@ -397,7 +388,7 @@ def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> s
         code = tb.tb_frame.f_code
         if code is run.__code__:
             run_frame = tb.tb_frame
-        elif code in (_run_stage.__code__, _retire_check.__code__):
+        elif code in (_run_stage.__code__, _retire_check.__code__, _run_collective.__code__):
             turn = tb.tb_frame
         tb = tb.tb_next
     if run_frame is None:
@@ -411,9 +402,11 @@ def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> s
     running, done_before = None, set()
     if turn is not None:
         running = getattr(turn.f_locals.get("r"), "xl_id", None)
+        if turn.f_code is _run_collective.__code__:  # the participant it was running
+            running = turn.f_locals.get("req_id")
         stage = turn.f_locals.get("stage")
         name = stage[0] if stage is not None else "(done when)"
-        line = _error_line(exc, module.__file__) or _declared_line(module, name)
+        line = _error_line(exc, module.__file__) or (stage[8] if stage is not None else 0)
         lines.append(f"{running:>7}  {rnd:>5}  {name:<16}  {module.SOURCE}:{line}  (running)")
         if stage is not None and not stage[2] and running in active:  # phase 1: those before it are through
             done_before = set(active[: active.index(running)])
