@@ -49,6 +49,18 @@ __shared__ void* xl_twin[32];
 #else
 #define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
 #endif
+// A lanes loop's store: each lane writes its own element (xl_lanes syncs the warp after).
+#if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
+#define XL_LANE_STORE(lhs, value)                                                                    \
+    do {                                                                                             \
+        const auto xl_stored = (value);                                                              \
+        lhs = xl_stored;                                                                             \
+        *reinterpret_cast<decltype(&(lhs))>(static_cast<char*>(xl_twin[threadIdx.x >> 5]) +         \
+            (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
+    } while (0)
+#else
+#define XL_LANE_STORE(lhs, value) do { lhs = (value); } while (0)
+#endif
 
 // `x == x` is valid xl for every type (and meaningful for f32: false for NaN).
 // The CPU build compiles with -Wall -Werror, where an integer self-comparison

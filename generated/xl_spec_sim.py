@@ -45,10 +45,12 @@ class PageKind:
 
 
 class Params:
-    """Launch-time parameters; keyword arguments override the defaults."""
+    """Launch-time parameters; keyword arguments override the defaults. Tensors (flat
+    float32 arrays, row-major) have no default: runtime.sim.make_params binds them."""
 
     __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'burst_len', 'kv_cache', 'page_tokens', 'pool_pages', 'kv_pressure_threshold', 'eviction_policy', )
     TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'burst_len': 'i32', 'kv_cache': 'bool', 'page_tokens': 'i32', 'pool_pages': 'i32', 'kv_pressure_threshold': 'f32', 'eviction_policy': 'i32'}
+    TENSORS = {}
 
     def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16, kv_cache=True, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
         self.vocab = vocab

@@ -2,6 +2,7 @@
 simulator against the CPU build, over a range of seeds, one process per core.
 
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
+    BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
 
 Progress every 500 programs on stdout; result.json lists every failing seed with what failed.
 Reproduce one: `python -c "from xlgen.fuzzgen import generate; print(generate(SEED).source)"`.
@@ -24,7 +25,7 @@ def one(seed: int):
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache
     try:
-        problems = run_case(generate(seed), backends=["cpu"])
+        problems = run_case(generate(seed), backends=os.environ.get("BACKENDS", "cpu").split(","))
         return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None
     except Exception:
         return seed, "error: " + traceback.format_exc()[-3000:]

@@ -65,6 +65,27 @@ class Index(Node):
 
 
 @dataclass(frozen=True)
+class MultiIndex(Node):
+    """`t[i, j, ...]`: an element of a tensor with two or more dimensions."""
+
+    base: str
+    indices: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Reduction(Node):
+    """`op(var in start..stop: value)`: sum, max, min, argmax or argmin over an index range."""
+
+    op: str
+    var: str
+    start: Node
+    stop: Node
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
 class Call(Node):
     func: str
     args: tuple[Node, ...]
@@ -141,6 +162,17 @@ class If(Node):
 
 @dataclass(frozen=True)
 class For(Node):
+    var: str
+    start: Node
+    stop: Node
+    body: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Lanes(Node):
+    """`lanes for var in start..stop { body }`: independent iterations spread over the lanes."""
+
     var: str
     start: Node
     stop: Node
@@ -239,6 +271,16 @@ class BuiltinDecl(Node):
     params: tuple[FnParam, ...]
     ret: TypeRef | None
     warp: bool = False
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class TensorDecl(Node):
+    """`tensor NAME: f32[D0, D1, ...]`: read-only weights bound at launch."""
+
+    name: str
+    elem: str
+    dims: tuple[Node, ...]
     loc: Loc = _loc()
 
 

@@ -38,6 +38,12 @@ SHIFT_OPS = {"<<", ">>"}
 ORDER_OPS = {"<", "<=", ">", ">="}
 EQ_OPS = {"==", "!="}
 LOGIC_OPS = {"&&", "||"}
+MAX_TENSOR_ELEMENTS = 1 << 28  # 1 GiB of f32: more is a mistake in a declaration
+# Reductions (`let x = sum(j in 0..n: e)`): the element types each takes, and the result's
+# type (None: the element's).
+REDUCE_TYPES = {"sum": ((I32, U32, F32), None), "max": ((I32, U32, F32), None), "min": ((I32, U32, F32), None),
+                "argmax": ((I32, U32, F32), I32), "argmin": ((I32, U32, F32), I32)}
+assert set(REDUCE_TYPES) == set(ir.REDUCE_OPS)
 INTRINSIC_ARITY = {"min": 2, "max": 2, "abs": 1, "clamp": 3, "sqrt": 1}
 # Collectives (`let x = scan(e)` at the top level of a collective stage): the types a
 # contribution may have, and the result's type (None: the contribution's).
@@ -184,6 +190,17 @@ class Local:
 
 
 @dataclass
+class LanesScope:
+    """The `lanes for` loop being checked: its variable, where its body's scope starts, and
+    the elements its iterations write (array name -> index expressions)."""
+
+    var: str
+    scope_depth: int
+    loop_depth: int
+    writes: dict[str, list] = field(default_factory=dict)
+
+
+@dataclass
 class Context:
     """What the code being checked may touch."""
 
@@ -194,6 +211,13 @@ class Context:
     callees: set[str] = field(default_factory=set)
     # In a collective stage: how each shared field is written ("=" or "+=") and where first.
     shared_modes: dict[str, tuple[str, Loc]] = field(default_factory=dict)
+    lanes: LanesScope | None = None  # inside a `lanes for` body
+    reduction: str | None = None  # inside a reduction's element expression: its operation
+
+    @property
+    def lane_parallel(self) -> bool:
+        """Code that runs once per lane (a lanes iteration or a reduction element)."""
+        return self.lanes is not None or self.reduction is not None
 
     @property
     def sees_request(self) -> bool:
@@ -299,6 +323,7 @@ class Checker:
         self.fields: dict[str, ir.FieldDecl] = {}
         self.shared: dict[str, ir.FieldDecl] = {}
         self.builtins: dict[str, ir.Builtin] = {}
+        self.tensors: dict[str, ir.Tensor] = {}
         self.fn_sigs: dict[str, tuple[tuple[ir.FnParam, ...], ir.Type]] = {}
         self.call_graph: dict[str, set[str]] = {}
         self.used_globals: set[str] = set()
@@ -338,6 +363,8 @@ class Checker:
                     self._field(f, item.kind)
             elif isinstance(item, A.BuiltinDecl):
                 self._builtin(item)
+            elif isinstance(item, A.TensorDecl):
+                self._tensor(item)
             elif isinstance(item, A.FnDecl):
                 self._fn_signature(item)
         functions = [self._function(item) for item in items if isinstance(item, A.FnDecl)]
@@ -365,6 +392,7 @@ class Checker:
             traces=tuple(traces),
             done=done,
             sources=self.sources,
+            tensors=tuple(self.tensors.values()),
         )
 
     def _declare(self, items) -> None:
@@ -394,6 +422,8 @@ class Checker:
                     add(f.name, "request field" if item.kind == "request" else "shared field", f.loc, f)
             elif isinstance(item, A.BuiltinDecl):
                 add(item.name, "builtin", item.loc, item)
+            elif isinstance(item, A.TensorDecl):
+                add(item.name, "tensor", item.loc, item)
             elif isinstance(item, A.FnDecl):
                 add(item.name, "function", item.loc, item)
             elif isinstance(item, A.StageDecl):
@@ -543,6 +573,25 @@ class Checker:
                 return
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
+
+    def _tensor(self, node: A.TensorDecl) -> None:
+        if self.globals.get(node.name, Global("", node.loc)).node is not node:
+            return  # a duplicate, already reported
+        if node.elem != "f32":
+            self.error(node.loc, f"tensor '{node.name}' holds {node.elem}; tensors hold f32")
+            return
+        dims = [self._const_int(d, "a tensor dimension") for d in node.dims]
+        if any(d is None for d in dims):
+            return
+        for d, ref in zip(dims, node.dims):
+            if d <= 0:
+                self.error(ref.loc, f"a tensor dimension must be positive, not {d}")
+                return
+        t = ir.Tensor(node.name, F32, tuple(dims), node.loc)
+        if t.size > MAX_TENSOR_ELEMENTS:
+            self.error(node.loc, f"tensor '{node.name}' has {t.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
+            return
+        self.tensors[node.name] = t
 
     def _params(self, params, allow_open: bool):
         out = []
@@ -745,6 +794,8 @@ class Checker:
         if isinstance(s.value, A.Call) and s.value.func in COLLECTIVE_TYPES and ctx.kind == "collective" \
                 and ctx.at_stage_top:
             return self._collective_let(s, ctx, declared)
+        if isinstance(s.value, A.Reduction):
+            return self._reduction_let(s, ctx, declared)
         value = self.expr(s.value, ctx, declared)
         ok = self._check_local_name(s.name, s.loc, ctx)
         if value is not None and isinstance(value.type, ir.ArrayType):
@@ -786,6 +837,110 @@ class Checker:
         ctx.scopes[-1][s.name] = Local(t, s.loc)
         return ir.Collective(s.name, op, value, t, s.loc)
 
+    def _reduction_let(self, s: A.Let, ctx: Context, declared) -> ir.Reduce | None:
+        """`let x = op(j in a..b: e)` in a per-request stage: the warp reduces e over j."""
+        r = s.value
+        allowed, result = REDUCE_TYPES[r.op] if r.op in REDUCE_TYPES else ((), None)
+        ok = r.op in REDUCE_TYPES
+        if not ok:
+            self.error(r.loc, f"unknown reduction '{r.op}'{did_you_mean(r.op, list(REDUCE_TYPES))}; "
+                              f"reductions are {', '.join(ir.REDUCE_OPS)}")
+        elif not self._lane_place(ctx, r.loc, f"a reduction ('{r.op}')"):
+            ok = False
+        start, stop, scope = self._range(r.var, r.start, r.stop, r.loc, ctx)
+        ctx.scopes.append(scope)
+        outer, ctx.reduction = ctx.reduction, r.op
+        value = self.expr(r.value, ctx, declared if result is None else None)
+        ctx.reduction = outer
+        self._pop_scope(ctx)
+        if value is not None and ok and value.type not in allowed:
+            self.error(r.value.loc, f"'{r.op}' reduces i32, u32 or f32 values, not {value.type}")
+            value = None
+        name_ok = self._check_local_name(s.name, s.loc, ctx)
+        t = (result or value.type) if value is not None else None
+        if t is not None and declared is not None and not self._same(declared, t, r.loc, f"'{s.name}'"):
+            value = None
+        if value is None or not ok or not name_ok or start is None or stop is None:
+            self._declare_quietly(ctx, s.name, s.loc, declared or t)
+            return None
+        ctx.scopes[-1][s.name] = Local(t, s.loc)
+        return ir.Reduce(s.name, r.op, r.var, start, stop, value, t, s.loc)
+
+    def _lane_place(self, ctx: Context, loc: Loc, what: str) -> bool:
+        """Lane-parallel code runs on the request's warp: only in per-request stages, and not
+        inside other lane-parallel code."""
+        if ctx.kind != "stage":
+            where = {"fn": "a function", "arbiter": "an arbiter", "collective": "a collective stage"}.get(
+                ctx.kind, "this place")
+            self.error(loc, f"{what} runs on the request's warp: it is allowed in per-request stages, not in {where}")
+            return False
+        if ctx.lane_parallel:
+            self.error(loc, f"{what} cannot be nested inside a lanes loop or a reduction")
+            return False
+        return True
+
+    def _range(self, var: str, start_node, stop_node, loc: Loc, ctx: Context):
+        """The bounds (i32, evaluated once) and the scope holding the index variable of a
+        lanes loop or a reduction."""
+        start, stop = (self.expr(n, ctx, I32) for n in (start_node, stop_node))
+        for e, n in ((start, start_node), (stop, stop_node)):
+            if e is not None and e.type != I32:
+                self.error(n.loc, f"a range bound must be i32, not {e.type}")
+        start = start if start is not None and start.type == I32 else None
+        stop = stop if stop is not None and stop.type == I32 else None
+        scope = {}
+        if self._check_local_name(var, loc, ctx):
+            rng = None
+            if isinstance(start, ir.Const) and isinstance(stop, ir.Const):
+                rng = (start.value, stop.value - 1)
+            scope[var] = Local(I32, loc, mutable=False, value_range=rng, used=True)
+        return start, stop, scope
+
+    def stmt_Lanes(self, s: A.Lanes, ctx: Context):
+        placed = self._lane_place(ctx, s.loc, "a lanes loop")
+        start, stop, scope = self._range(s.var, s.start, s.stop, s.loc, ctx)
+        ctx.scopes.append(scope)
+        lanes = LanesScope(s.var, len(ctx.scopes), ctx.loop_depth)
+        outer, ctx.lanes = ctx.lanes, lanes
+        body = self.block(s.body, ctx)
+        ctx.lanes = outer
+        self._pop_scope(ctx)
+        if not placed or start is None or stop is None:
+            return None
+        for load in _loads_in(body):
+            written = lanes.writes.get(load.base.name)
+            if written is not None and load.index not in written:
+                self.error(load.loc, f"this iteration reads '{load.base.name}' at an index the loop does not write "
+                                     f"it at; another iteration may write that element (read an element only where "
+                                     f"this iteration writes it)")
+        return ir.Lanes(s.var, start, stop, body, s.loc)
+
+    def _lanes_write(self, s: A.Assign, ctx: Context, target: ir.Var, index) -> bool:
+        """In a lanes loop an iteration writes its own locals and array elements no other
+        iteration writes: at `i + k`, `k + i`, `i - k` or `c * i + k` with c odd (k the same in
+        every iteration), which is one-to-one in i (odd c is invertible modulo 2^32)."""
+        lanes = ctx.lanes
+        if target.kind == ir.LOCAL:
+            for depth, scope in enumerate(ctx.scopes):
+                if target.name in scope:
+                    if depth + 1 < lanes.scope_depth:
+                        self.error(s.loc, f"a lanes loop's iteration cannot assign '{target.name}', declared outside "
+                                          f"the loop (iterations are independent; write an array element instead)")
+                        return False
+            return True
+        if index is None:
+            self.error(s.loc, f"a lanes loop's iteration cannot assign '{target.name}' (every iteration would "
+                              f"write it); write elements of an array at '{lanes.var}' instead")
+            return False
+        inner = {name for scope in ctx.scopes[lanes.scope_depth - 1:] for name in scope}
+        if not _distinct_per_iteration(index, lanes.var, inner):
+            self.error(s.index.loc, f"a lanes loop writes '{target.name}' at an index that may repeat across "
+                                    f"iterations; write it at '{lanes.var}', '{lanes.var} + k' or "
+                                    f"'c * {lanes.var} + k' (c odd, k the same in every iteration)")
+            return False
+        lanes.writes.setdefault(target.name, []).append(index)
+        return True
+
     def _declare_quietly(self, ctx: Context, name: str, loc: Loc, t) -> None:
         """After a rejected declaration, make the name known (type None: unknown) so that
         its uses do not add an 'unknown name' error to the one already reported."""
@@ -813,6 +968,8 @@ class Checker:
             return None
         value = self.expr(s.value, ctx, elem)
         if value is None:
+            return None
+        if ctx.lanes is not None and not self._lanes_write(s, ctx, target, index):
             return None
         if target.kind == ir.SHARED and ctx.kind == "collective":
             return self._collective_write(s, ctx, target, index, checked, elem, value)
@@ -925,11 +1082,17 @@ class Checker:
         if ctx.loop_depth == 0:
             self.error(s.loc, "'break' outside a loop")
             return None
+        if ctx.lanes is not None and ctx.loop_depth == ctx.lanes.loop_depth:
+            self.error(s.loc, "'break' cannot leave a lanes loop (its iterations are independent)")
+            return None
         return ir.Break(s.loc)
 
     def stmt_Continue(self, s: A.Continue, ctx: Context):
         if ctx.loop_depth == 0:
             self.error(s.loc, "'continue' outside a loop")
+            return None
+        if ctx.lanes is not None and ctx.loop_depth == ctx.lanes.loop_depth:
+            self.error(s.loc, "'continue' in a lanes loop: an iteration ends at its closing brace (use 'if')")
             return None
         return ir.Continue(s.loc)
 
@@ -1044,6 +1207,11 @@ class Checker:
             f = table.get(name)
             kind = ir.FIELD if g.kind == "request field" else ir.SHARED
             return ir.Var(kind, name, f.type, node.loc) if f else None
+        if g.kind == "tensor":
+            t = self.tensors.get(name)
+            shape = ", ".join("i" + str(k) for k in range(len(t.dims))) if t else "..."
+            self.error(node.loc, f"tensor '{name}' is read one element at a time: '{name}[{shape}]'")
+            return None
         self.error(node.loc, f"{g.kind} '{name}' is not a value")
         return None
 
@@ -1073,7 +1241,7 @@ class Checker:
             names |= set(scope)
         return names
 
-    def _index(self, node: A.Node, array: ir.ArrayType, name: str, ctx: Context):
+    def _index(self, node: A.Node, array: ir.ArrayType, name: str, ctx: Context, what: str | None = None):
         index = self.expr(node, ctx, I32)
         if index is None:
             return None, True
@@ -1083,7 +1251,7 @@ class Checker:
         n = array.length
         if isinstance(index, ir.Const):
             if not 0 <= index.value < n:
-                self.error(node.loc, f"index {index.value} is out of range for '{name}' (length {n})")
+                self.error(node.loc, f"index {index.value} is out of range for {what or repr(name)} (length {n})")
                 return None, True
             return index, False
         if isinstance(index, ir.Var) and index.kind == ir.LOCAL:
@@ -1097,6 +1265,8 @@ class Checker:
         return index, True
 
     def expr_Index(self, node: A.Index, ctx: Context, expected):
+        if self.globals.get(node.base, Global("", node.loc)).kind == "tensor" and ctx.lookup(node.base) is None:
+            return self._tensor_load(node.base, (node.index,), node.loc, ctx)
         base = self.expr_Name(A.Name(node.base, loc=node.loc), ctx, None)
         if base is None:
             self.expr(node.index, ctx)
@@ -1108,6 +1278,49 @@ class Checker:
         if index is None:
             return None
         return ir.Load(base, index, base.type.elem, checked, node.loc)
+
+    def expr_MultiIndex(self, node: A.MultiIndex, ctx: Context, expected):
+        g = self.globals.get(node.base)
+        if g is None or g.kind != "tensor" or ctx.lookup(node.base) is not None:
+            for i in node.indices:
+                self.expr(i, ctx)
+            what = "an array: index it with one index" if g is not None and g.kind.endswith("field") else "a tensor"
+            if g is None and ctx.lookup(node.base) is None:
+                self.error(node.loc, f"unknown name '{node.base}'{did_you_mean(node.base, self._visible_names(ctx))}")
+            else:
+                self.error(node.loc, f"'{node.base}' is not {what}")
+            return None
+        return self._tensor_load(node.base, node.indices, node.loc, ctx)
+
+    def _tensor_load(self, name: str, index_nodes, loc: Loc, ctx: Context):
+        self.used_globals.add(name)
+        t = self.tensors.get(name)
+        if ctx.is_constant:
+            self.error(loc, f"tensor '{name}' is bound at launch; it cannot be used in a compile-time constant")
+            return None
+        if t is None:  # its declaration was rejected, with an error
+            for i in index_nodes:
+                self.expr(i, ctx)
+            return None
+        if len(index_nodes) != len(t.dims):
+            for i in index_nodes:
+                self.expr(i, ctx)
+            self.error(loc, f"tensor '{name}' has {len(t.dims)} dimension{'s' if len(t.dims) != 1 else ''} "
+                            f"{list(t.dims)}, indexed with {len(index_nodes)}")
+            return None
+        indices, checked = [], []
+        for k, (n, d) in enumerate(zip(index_nodes, t.dims)):
+            index, check = self._index(n, ir.ArrayType(F32, d), name, ctx, f"dimension {k} of tensor '{name}'")
+            if index is None:
+                return None
+            indices.append(index)
+            checked.append(check)
+        return ir.TensorLoad(name, tuple(indices), t.dims, tuple(checked), F32, loc)
+
+    def expr_Reduction(self, node: A.Reduction, ctx: Context, expected):
+        self.error(node.loc, f"a reduction is written as the whole value of a 'let' in a per-request stage: "
+                             f"'let x = {node.op}({node.var} in ...: ...)'")
+        return None
 
     def expr_Unary(self, node: A.Unary, ctx: Context, expected):
         if node.op == "-" and isinstance(node.operand, A.IntLit):
@@ -1249,6 +1462,14 @@ class Checker:
             self.error(node.loc, f"'{name}' cannot be called in a constant expression")
             return None
         ctx.callees.add(name)
+        if ctx.lane_parallel and (g.kind == "function" or self.builtins.get(name, None) and self.builtins[name].warp):
+            what = "a lanes loop" if ctx.lanes is not None else "a reduction"
+            kind = "function" if g.kind == "function" else "warp-wide builtin"
+            self.error(node.loc, f"{kind} '{name}' cannot be called in {what}; lane-parallel code calls "
+                                 f"builtins that take scalars only")
+            for a in node.args:
+                self.expr(a, ctx)
+            return None
         if g.kind == "builtin":
             b = self.builtins.get(name)
             if b is None:
@@ -1374,7 +1595,7 @@ def _fold(e: ir.Expr) -> ir.Expr:
     An operation that would raise at run time (1 / 0) is left alone: the error
     belongs to the run, where every backend reports it the same way.
     """
-    if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call)):
+    if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call, ir.TensorLoad)):
         return e
     children = _children(e)
     if not children or not all(isinstance(c, ir.Const) for c in children):
@@ -1392,7 +1613,7 @@ def _not_constant(e: ir.Expr, what: str) -> str:
     failure = None
     while stack:
         x = stack.pop()
-        if isinstance(x, (ir.Var, ir.Load, ir.Call)):
+        if isinstance(x, (ir.Var, ir.Load, ir.Call, ir.TensorLoad)):
             return f"{what} must be a constant expression"
         kids = _children(x)
         if failure is None and kids and all(isinstance(k, ir.Const) for k in kids):
@@ -1418,3 +1639,89 @@ def _children(e: ir.Expr):
     if isinstance(e, ir.Intrinsic):
         return e.args
     return ()
+
+
+# ---- lanes loops --------------------------------------------------------------------------
+
+
+def _expr_children(e: ir.Expr):
+    """Every sub-expression of e, loads' indices and calls' arguments included."""
+    if isinstance(e, ir.Load):
+        return (e.index,)
+    if isinstance(e, ir.TensorLoad):
+        return e.indices
+    if isinstance(e, ir.Call):
+        return e.args
+    return _children(e)
+
+
+def _stmt_exprs(s: ir.Stmt):
+    """The expressions a statement evaluates, and its nested statement lists."""
+    if isinstance(s, (ir.Let, ir.Return, ir.Collective)):
+        return (s.value,), ()
+    if isinstance(s, (ir.Assign, ir.Accumulate)):
+        return tuple(x for x in (s.value, s.index) if x is not None), ()
+    if isinstance(s, ir.ExprStmt):
+        return (s.expr,), ()
+    if isinstance(s, ir.If):
+        return tuple(c for c, _ in s.arms), tuple(b for _, b in s.arms) + (s.otherwise,)
+    if isinstance(s, ir.For):
+        return (), (s.body,)
+    if isinstance(s, ir.Lanes):
+        return (s.start, s.stop), (s.body,)
+    if isinstance(s, ir.Reduce):
+        return (s.start, s.stop, s.value), ()
+    return (), ()
+
+
+def _loads_in(stmts):
+    """Every array load in a statement list (iteratively: bodies may be deep)."""
+    stack_s = list(stmts)
+    while stack_s:
+        exprs, bodies = _stmt_exprs(stack_s.pop())
+        for body in bodies:
+            stack_s.extend(body)
+        stack_e = list(exprs)
+        while stack_e:
+            e = stack_e.pop()
+            if isinstance(e, ir.Load):
+                yield e
+            stack_e.extend(_expr_children(e))
+
+
+def _mentions(e: ir.Expr, names: set[str]) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.Var) and x.kind == ir.LOCAL and x.name in names:
+            return True
+        stack.extend(_expr_children(x))
+    return False
+
+
+def _distinct_per_iteration(index: ir.Expr, var: str, inner: set[str]) -> bool:
+    """Is `index` `i + k`, `k + i`, `i - k`, `c * i + k` (or without k) with c an odd constant
+    and k free of the loop variable and of the iteration's locals?"""
+    def is_var(e):
+        return isinstance(e, ir.Var) and e.kind == ir.LOCAL and e.name == var
+
+    def scaled(e):  # i, c * i, i * c with c odd
+        if is_var(e):
+            return True
+        if isinstance(e, ir.Binary) and e.op == "*":
+            for a, b in ((e.left, e.right), (e.right, e.left)):
+                if is_var(a) and isinstance(b, ir.Const) and int(b.value) % 2 == 1:
+                    return True
+        return False
+
+    def invariant(e):
+        return not _mentions(e, inner)
+
+    if scaled(index):
+        return True
+    if isinstance(index, ir.Binary) and index.op in ("+", "-"):
+        if scaled(index.left) and invariant(index.right):
+            return True
+        if index.op == "+" and scaled(index.right) and invariant(index.left):
+            return True
+    return False

@@ -29,6 +29,7 @@ class CppEmitter:
         self.conds = 0  # names the temporaries of conditions that may fail
         self.warp_stores = False  # True while emitting a per-request stage
         self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
+        self.lane_stores = False  # inside a lanes loop: each lane stores its own elements (XL_LANE_STORE)
 
     # ---- expressions -------------------------------------------------------------
 
@@ -63,6 +64,14 @@ class CppEmitter:
             index = f"xl_idx({self._sink()}, {index}, {e.base.type.length})"
         value = f"{self.expr(e.base)}[{index}]"
         return f"(bool){value}" if e.type == ir.BOOL else value
+
+    def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
+        flat = ""
+        for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
+            code = self.expr(index)
+            code = f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})"
+            flat = code if k == 0 else f"({flat}) * {dim} + {code}"
+        return f"p.{names.cpp(e.tensor)}[{flat}]"
 
     def expr_Unary(self, e: ir.Unary) -> str:
         return cpp_ops.unary_code(e, self.expr(e.operand))
@@ -211,6 +220,8 @@ class CppEmitter:
         """Request fields in per-request stages are stored by one lane of the warp (XL_WARP_STORE)."""
         if target.kind == ir.FIELD and self.warp_stores:
             return f"XL_WARP_STORE({lhs}, {value});"
+        if target.kind == ir.FIELD and self.lane_stores:
+            return f"XL_LANE_STORE({lhs}, {value});"
         return f"{lhs} = {value};"
 
     def stmt_If(self, s: ir.If, depth):
@@ -245,6 +256,66 @@ class CppEmitter:
         v = names.cpp(s.var)
         head = f"{pad}for (int32_t {v} = {s.start}; {v} < {s.stop}; ++{v}) {{"
         return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+
+    def _lane_bounds(self, s, depth) -> list[str]:
+        """A lanes loop's or reduction's bounds, evaluated once, left to right."""
+        pad = IND * depth
+        start = self.statement_expr(s.start, s.loc.line)
+        stop = self.expr(s.stop)
+        lines = [f"{pad}const int32_t xl_lo = {start};", f"{pad}const int32_t xl_hi = {stop};"]
+        if may_raise(s.start) or may_raise(s.stop):
+            lines.append(f"{pad}if (err.code) {self.bail}")
+        return lines
+
+    def _lane_body(self, emit):
+        """Emit code that runs once per iteration or element: inside a lambda whose `err` is
+        the iteration's own; a failing statement returns from it (xl_lanes, xl_reduce_*)."""
+        saved = (self.bail, self.warp_stores, self.lane_stores)
+        self.bail, self.warp_stores, self.lane_stores = "return;", False, True
+        try:
+            return emit()
+        finally:
+            self.bail, self.warp_stores, self.lane_stores = saved
+
+    def stmt_Lanes(self, s: ir.Lanes, depth):
+        pad = IND * depth
+        outer_bail = self.bail
+        lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
+        body = self._lane_body(lambda: self.block(s.body, depth + 2))
+        lines.append(f"{pad}{IND}xl_lanes(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
+        lines += body
+        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        return lines
+
+    def stmt_Reduce(self, s: ir.Reduce, depth):
+        pad = IND * depth
+        t = cpp_ops.value_type(s.value.type)
+        outer_bail = self.bail
+        lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {{}};", f"{pad}{{",
+                 *self._lane_bounds(s, depth + 1)]
+
+        def element():
+            self.bail = f"return {t}();"
+            value = self.statement_expr(s.value, s.loc.line)
+            return [f"[&](int32_t {names.cpp(s.var)}, XlErr& err) -> {t} {{",
+                    f"{pad}{IND * 2}(void)err;",
+                    f"{pad}{IND * 2}return {value};",
+                    f"{pad}{IND}}}"]
+
+        elem = self._lane_body(element)
+        if s.op == "sum":
+            lines.append(f"{pad}{IND}{names.cpp(s.name)} = xl_reduce_sum<{t}>(err, 1, xl_lo, xl_hi, {elem[0]}")
+            lines += elem[1:-1] + [elem[-1] + ");"]
+        else:
+            greatest = "true" if s.op in ("max", "argmax") else "false"
+            lines.append(f"{pad}{IND}{t} xl_best;")
+            lines.append(f"{pad}{IND}const int32_t xl_at = xl_reduce_best<{t}>(err, 1, xl_lo, xl_hi, {greatest}, "
+                         f"&xl_best, {elem[0]}")
+            lines += elem[1:-1] + [elem[-1] + ");"]
+            result = "xl_at" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
+            lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
+        lines += [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        return lines
 
     def stmt_Break(self, s, depth):
         return [IND * depth + "break;"]
@@ -339,6 +410,7 @@ class CppEmitter:
                 for t in p.enums
             ],
             "params": [(cpp_ops.storage_type(x.type), names.cpp(x.name)) for x in p.params],
+            "tensors": [(names.cpp(t.name), ", ".join(str(d) for d in t.dims)) for t in p.tensors],
             "request_fields": self.struct_fields(p.request_fields),
             "shared_fields": self.struct_fields(p.shared_fields),
             "request_words": sum(s.count for s in slots(p.request_fields)),

@@ -8,6 +8,7 @@ marker; the engine (runtime/sim.py) maps a raising frame back to that .xl line.
 from __future__ import annotations
 
 from . import ir, names, py_ops
+from .emit_vec import VecEmitter
 from .layout import slots
 
 LINE_MARK = "# @xl:"
@@ -45,6 +46,15 @@ class PyEmitter:
         if e.checked:
             index = f"check_index({index}, {e.base.type.length})"
         return f"{self.expr(e.base)}[{index}]"
+
+    def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
+        flat = ""
+        for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
+            code = self.expr(index)
+            if checked:
+                code = f"check_index({code}, {dim})"
+            flat = code if k == 0 else f"({flat}) * {dim} + {code}"
+        return f"float(p.{names.py(e.tensor)}[{flat}])"
 
     def expr_Unary(self, e: ir.Unary) -> str:
         return py_ops.unary_code(e, self.expr(e.operand))
@@ -134,6 +144,14 @@ class PyEmitter:
     def stmt_For(self, s: ir.For, depth):
         return [f"{'    ' * depth}for {names.py(s.var)} in range({s.start}, {s.stop}):", *self.block(s.body, depth + 1)]
 
+    def stmt_Lanes(self, s: ir.Lanes, depth):
+        lines = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
+        return ["    " * depth + line for line in lines]
+
+    def stmt_Reduce(self, s: ir.Reduce, depth):
+        lines = VecEmitter(self, {s.var}).reduce(s, f"  {LINE_MARK}{s.loc.line}")
+        return ["    " * depth + line for line in lines]
+
     def stmt_Break(self, s, depth):
         return ["    " * depth + "break"]
 
@@ -210,6 +228,8 @@ class PyEmitter:
                 for t in p.enums
             ],
             "params": [(names.py(x.name), x.name, py_ops.literal(x.default, x.type), x.type.name) for x in p.params],
+            "tensors": [(names.py(t.name), t.name, t.dims) for t in p.tensors],
+            "lane_parallel": uses_lane_code(p),
             "request_slots": [names.py(f.name) for f in p.request_fields],
             "shared_slots": [names.py(f.name) for f in p.shared_fields],
             "request_init": [(names.py(f.name), self.field_init(f)) for f in p.request_fields],
@@ -245,6 +265,8 @@ def may_raise(e) -> bool:
         return False
     if isinstance(e, ir.Load):
         return e.checked or may_raise(e.index)
+    if isinstance(e, ir.TensorLoad):
+        return any(e.checked) or any(may_raise(i) for i in e.indices)
     if isinstance(e, ir.Call):
         return True  # helpers and builtins may raise inside
     if isinstance(e, ir.Binary):
@@ -261,4 +283,19 @@ def may_raise(e) -> bool:
         return may_raise(e.cond) or may_raise(e.then) or may_raise(e.otherwise)
     if isinstance(e, ir.Intrinsic):
         return any(may_raise(a) for a in e.args)
+    return False
+
+
+def uses_lane_code(p: ir.Program) -> bool:
+    """Does any stage hold a lanes loop or a reduction (the simulator then needs numpy)?"""
+    stack = [st for stage in p.stages for st in stage.body]
+    while stack:
+        st = stack.pop()
+        if isinstance(st, (ir.Lanes, ir.Reduce)):
+            return True
+        if isinstance(st, ir.If):
+            stack.extend(x for _, body in st.arms for x in body)
+            stack.extend(st.otherwise)
+        elif isinstance(st, ir.For):
+            stack.extend(st.body)
     return False

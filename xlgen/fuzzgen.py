@@ -86,7 +86,7 @@ _NOT_NAMES = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn", "stage",
     "arbiter", "trace", "done", "when", "let", "if", "elif", "else", "for", "in", "break", "continue", "return",
     "has", "true", "false", "as", "req_id", "min", "max", "abs", "clamp", "sqrt", "i32", "u32", "f32", "bool",
-    "hash_u32", "verify_prefix", "target_token", "draft_token",
+    "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor",
 }
 
 
@@ -98,6 +98,13 @@ def f32(x: float) -> float:
         return struct.unpack("<f", struct.pack("<f", x))[0]
     except OverflowError:
         return math.copysign(math.inf, x)
+
+
+def struct_f32(values):
+    """Python floats as a float32 numpy array (each rounded to binary32)."""
+    import numpy as np
+
+    return np.array(values, dtype=np.float64).astype(np.float32)
 
 
 # ---- what the generator knows about a program ----------------------------------------------
@@ -140,6 +147,13 @@ class Ctx:
     dead: list[str] = field(default_factory=list)  # names of closed scopes, free for reuse
     ret: str | None = None  # a helper's return type
     depth_left: int = 6  # nesting budget shared by everything generated in this context
+    lanes: dict | None = None  # in a lanes loop body: array -> the one index its iterations use
+    lane_scope: int = 0  # in a lanes loop body: the first scope that belongs to the body
+    reduction: bool = False  # in a reduction's element expression
+
+    @property
+    def lane_parallel(self) -> bool:
+        return self.lanes is not None or self.reduction
 
     @property
     def sees_request(self) -> bool:
@@ -213,6 +227,7 @@ class Generator:
         self.fields: list[Sym] = []
         self.shared: list[Sym] = []
         self.helpers: list[Helper] = []
+        self.tensors: list[tuple[str, tuple[int, ...]]] = []
         self.count_field = ""
         self.lines: list[str] = []
         self.derived: list[str] = []  # names of generated-code functions of this program (fn_h1, stage_s2, ...)
@@ -336,17 +351,30 @@ class Generator:
             options += ["elem"] * 2
         if t == "i32" and ctx.sees_request:
             options.append("req_id")
+        if t == "f32" and self.tensors and ctx.kind != "init":
+            options += ["tensor"] * 2
         options += ["lit"] * 2
         choice = self.pick(options)
+        if choice == "tensor":
+            name, dims = self.pick(self.tensors)
+            indices = [self.index(ctx, Arr("f32", d, str(d))).text for d in dims]
+            return E(f"{name}[{', '.join(indices)}]")
         if choice == "named":
             s = self.pick(named)
             return E(s.name, const=any(s is c for c in self.consts))
         if choice == "elem":
             a = self.pick(arrays)
-            return E(f"{a.name}[{self.index(ctx, a.type).text}]")
+            return E(f"{a.name}[{self.elem_index(ctx, a)}]")
         if choice == "req_id":
             return E("req_id")
         return self.literal(t)
+
+    def elem_index(self, ctx: Ctx, a: Sym) -> str:
+        """An index of array `a`; in a lanes loop, an array the iterations write is read only
+        where each writes it (the checker's rule)."""
+        if ctx.lanes is not None and a.name in ctx.lanes:
+            return ctx.lanes[a.name]
+        return self.index(ctx, a.type).text
 
     def index(self, ctx: Ctx, arr: Arr) -> E:
         """An index for arr: in range by construction (mostly) or dynamic and possibly out of range."""
@@ -403,6 +431,8 @@ class Generator:
         return self.leaf(ctx, t)
 
     def helper_call(self, ctx: Ctx, ret, d: int) -> E | None:
+        if ctx.lane_parallel:  # lane-parallel code calls scalar builtins only
+            return None
         candidates = [h for i, h in enumerate(self.helpers) if h.ret == ret and i < ctx.fn_index]
         self.rng.shuffle(candidates)
         for h in candidates:
@@ -501,7 +531,7 @@ class Generator:
         if t != "i32":
             return None
         options = ["target", "draft"]
-        if ctx.kind == "stage" and len(self.arrays_of(ctx, "i32")) >= 1:
+        if ctx.kind == "stage" and not ctx.lane_parallel and len(self.arrays_of(ctx, "i32")) >= 1:
             options.append("verify")
         which = self.pick(options)
         if which == "verify":
@@ -621,6 +651,10 @@ class Generator:
 
     def targets(self, ctx: Ctx) -> list[tuple[str, object, Sym]]:
         """Assignable places: (kind, element type, symbol)."""
+        if ctx.lanes is not None:  # an iteration's own locals, and the elements it owns
+            out = [("local", s.type, s) for scope in ctx.scopes[ctx.lane_scope:] for s in scope.values()
+                   if s.mutable and not isinstance(s.type, Arr)]
+            return out + [("elem", f.type.elem, f) for f in self.fields if f.name in ctx.lanes]
         out = []
         for s in ctx.visible():
             if s.mutable and not isinstance(s.type, Arr):
@@ -638,6 +672,8 @@ class Generator:
     def stmt(self, ctx: Ctx, depth: int, ind: int) -> list[str]:
         pad = "    " * ind
         d = self.rng.randrange(1, 4)
+        if ctx.kind == "stage" and not ctx.lane_parallel and depth > 0 and self.chance(0.12):
+            return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction(ctx, ind)
         r = self.rng.random()
         if depth <= 0:
             r = self.rng.random() * 0.55
@@ -654,7 +690,7 @@ class Generator:
             if not targets:
                 return []
             kind, t, s = self.pick(targets)
-            lhs = s.name if kind != "elem" else f"{s.name}[{self.index(ctx, s.type).text}]"
+            lhs = s.name if kind != "elem" else f"{s.name}[{self.elem_index(ctx, s)}]"
             k = self.kind(t)
             ops = {"i32": ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="],
                    "u32": ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="],
@@ -704,7 +740,9 @@ class Generator:
             self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=(lo, hi - 1))})
             ctx.loops += 1
             lines += self.block(ctx, self.rng.randrange(1, 4), depth - 1, ind + 1)
-            if self.chance(0.5):
+            if ctx.lanes is not None:
+                pass  # an iteration of a lanes loop runs its nested loops to the end
+            elif self.chance(0.5):
                 cond = self.expr(ctx, "bool", d)
                 lines += [f"{pad}    if {cond.text} {{", f"{pad}        {self.pick(['break', 'continue'])}", f"{pad}    }}"]
                 lines += self.block(ctx, self.rng.randrange(0, 2), depth - 1, ind + 1)
@@ -719,7 +757,7 @@ class Generator:
             value = self.expr(ctx, ctx.ret, d)
             return [f"{pad}if {cond.text} {{", f"{pad}    return {value.text}", f"{pad}}}"]
         # a call for its effect (a builtin; sometimes verify_prefix directly in a stage)
-        if ctx.kind == "stage" and self.arrays_of(ctx, "i32") and self.chance(0.5):
+        if ctx.kind == "stage" and not ctx.lane_parallel and self.arrays_of(ctx, "i32") and self.chance(0.5):
             arrays = self.arrays_of(ctx, "i32")
             a, b = self.pick(arrays), self.pick(arrays)
             limit = min(a.type.length, b.type.length)
@@ -731,6 +769,58 @@ class Generator:
             a = self.expr(ctx, "u32", d)
             call = E(f"hash_u32({a.text})")
         return [f"{pad}{call.text}"]
+
+    # -- lane-parallel code (docs/semantics.md §13.2) --
+
+    def lane_range(self, ctx: Ctx, length: int) -> tuple[str, str, tuple[int, int]]:
+        """Bounds of a lanes loop or reduction: mostly the array's length, sometimes past
+        it (iterations fail), empty, longer than a warp, or computed at run time."""
+        lo = self.pick([0, 0, 0, 1, -1])
+        hi = self.pick([length, length, length + 1, lo, 33, 40, 70])
+        lo_text = f"(-{-lo})" if lo < 0 else str(lo)
+        if self.chance(0.2):  # a bound known only at run time
+            e = self.expr(ctx, "i32", 1)
+            return lo_text, f"clamp({e.text}, -2, 45)", (lo, 44)
+        return lo_text, str(hi), (lo, hi - 1)
+
+    def lanes_loop(self, ctx: Ctx, ind: int) -> list[str]:
+        pad = "    " * ind
+        arrays = [f for f in self.fields if isinstance(f.type, Arr)]
+        written = self.rng.sample(arrays, self.rng.randrange(0, min(2, len(arrays)) + 1)) if arrays else []
+        length = min([a.type.length for a in written] or [self.pick([4, 8, 40])])
+        lo, hi, rng = self.lane_range(ctx, length)
+        var = self.new_local(ctx, "i")
+        offsets = {}
+        for a in written:  # `i`, `i + k`, `i - k`, `c * i + k` with c odd, k the same for every iteration
+            k = self.pick(["0", "1", "(-1)"] + [s.name for s in self.scalars_of(ctx, "i32")][:3])
+            form = self.pick(["{v}", "{v}", "{v} + {k}", "{k} + {v}", "{v} - {k}", "3 * {v} + {k}", "{v} * (-1) + {k}"])
+            offsets[a.name] = "(" + form.format(v=var, k=k) + ")"
+        saved = (ctx.lanes, ctx.lane_scope)
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
+        ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
+        ctx.loops += 1
+        body = self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
+        for a in written:  # every written array gets at least one store
+            value = self.expr(ctx, a.type.elem, 2)
+            body.append(f"{pad}    {a.name}[{offsets[a.name]}] = {value.text}")
+        ctx.loops -= 1
+        ctx.lanes, ctx.lane_scope = saved
+        self.pop(ctx)
+        return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
+
+    def reduction(self, ctx: Ctx, ind: int) -> list[str]:
+        op = self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
+        t = self.pick(["f32", "f32", "i32", "u32"])
+        lo, hi, rng = self.lane_range(ctx, self.pick([3, 8, 32, 40]))
+        var = self.new_local(ctx, "j")
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
+        ctx.reduction = True
+        value = self.expr(ctx, t, self.rng.randrange(1, 4))
+        ctx.reduction = False
+        self.pop(ctx)
+        name = self.new_local(ctx, "red")
+        ctx.scopes[-1][name] = Sym(name, "i32" if op.startswith("arg") else t)
+        return [f"{'    ' * ind}let {name} = {op}({var} in {lo}..{hi}: {value.text})"]
 
     # -- declarations --
 
@@ -769,6 +859,11 @@ class Generator:
             name = self.fresh("P")
             self.params.append(Sym(name, t, mutable=False))
             L.append(f"param {name}: {t} = {self.literal(t).text}")
+        for _ in range(self.rng.choice([0, 0, 1, 2])):  # weight tensors, bound at launch
+            name = self.fresh("T")
+            dims = tuple(self.pick([1, 2, 3, 4, 5, 8]) for _ in range(self.rng.randrange(1, 4)))
+            self.tensors.append((name, dims))
+            L.append(f"tensor {name}: f32[{', '.join(str(d) for d in dims)}]")
         L.append("")
         # request fields: the round counter, then at least one scalar of every type and a few arrays
         self.count_field = self.fresh("count")
@@ -923,6 +1018,10 @@ class Generator:
 
     def launch(self) -> Launch:
         params = {p.name: self.value(p.type) for p in self.params if self.chance(0.5)}
+        for name, dims in self.tensors:  # every tensor is bound: edge values and ordinary ones
+            size = math.prod(dims)
+            values = [self.value("f32") for _ in range(size)]
+            params[name] = struct_f32(values).reshape(dims)
         inputs = []
         for _ in range(self.rng.randrange(1, 7)):
             inp = {}

@@ -109,6 +109,19 @@ class Load(Expr):
 
 
 @dataclass(frozen=True)
+class TensorLoad(Expr):
+    """`t[i, j, ...]`: an element of a read-only tensor bound at launch. `checked[k]` is
+    False where index k is statically in range. Elements are stored row-major."""
+
+    tensor: str
+    indices: tuple[Expr, ...]
+    dims: tuple[int, ...]
+    checked: tuple[bool, ...]
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
 class Unary(Expr):
     op: str  # "-", "!", "~"
     operand: Expr
@@ -168,6 +181,8 @@ def may_read_shared(e: Expr) -> bool:
         return e.kind == SHARED
     if isinstance(e, Load):
         return e.base.kind == SHARED or may_read_shared(e.index)
+    if isinstance(e, TensorLoad):
+        return any(may_read_shared(i) for i in e.indices)
     if isinstance(e, Call) and not e.builtin:
         return True
     children = {Unary: ("operand",), Binary: ("left", "right"), Select: ("cond", "then", "otherwise"),
@@ -230,6 +245,39 @@ class For(Stmt):
     start: int
     stop: int
     body: tuple[Stmt, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class Lanes(Stmt):
+    """`lanes for var in start..stop { body }`: independent iterations spread over the lanes
+    of the request's warp (docs/semantics.md §13.2). The checker has proved that no two
+    iterations write the same element and that none reads an element another writes."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    body: tuple[Stmt, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+# Reductions over an index range (docs/semantics.md §13.2): `let name = op(var in start..stop: value)`.
+# sum: lane l of 32 adds the elements l, l + 32, ... in order, then a fixed butterfly;
+# max/min: by IEEE totalOrder with every NaN one value, greater than +inf;
+# argmax/argmin: the least index holding the greatest/least element.
+REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+REDUCE_LANES = 32  # the width of the defined order of a sum: a warp
+
+
+@dataclass(frozen=True)
+class Reduce(Stmt):
+    name: str
+    op: str  # one of REDUCE_OPS
+    var: str
+    start: Expr
+    stop: Expr
+    value: Expr
+    type: Type  # the result's: the element type, or i32 for argmax/argmin
     loc: Loc = field(default=NOWHERE, compare=False)
 
 
@@ -322,6 +370,23 @@ class Builtin:
 
 
 @dataclass(frozen=True)
+class Tensor:
+    """A read-only tensor bound at launch by name (docs/language.md, Tensors)."""
+
+    name: str
+    elem: Scalar
+    dims: tuple[int, ...]
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
 class Function:
     name: str
     params: tuple[FnParam, ...]
@@ -377,6 +442,7 @@ class Program:
     done: Expr
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     library: bool = False  # checked on its own, without `pipeline NAME`: nothing to build
+    tensors: tuple[Tensor, ...] = ()
 
     def field(self, name: str) -> FieldDecl:
         return next(f for f in self.request_fields if f.name == name)

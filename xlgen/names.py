@@ -9,7 +9,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from .runtime import ops
+from .runtime import ops, vec
 
 # Names the generated code uses for itself, in both backends.
 INTERNAL = {"r", "sh", "p", "err", "req_id", "math", "np", "self"}
@@ -57,7 +57,7 @@ _C_MACRO_FAMILIES = re.compile(
     r"|FP_\w+|HUGE_VAL\w*|SNAN\w*|MATH_ERR\w+"
 )
 # What a generated simulator module imports or defines (it star-imports xlgen.runtime.ops).
-PY_GENERATED = {n for n in dir(ops) if not n.startswith("_")} | {
+PY_GENERATED = {n for n in dir(ops) if not n.startswith("_")} | {n for n in dir(vec) if not n.startswith("_")} | {
     "Params", "Request", "Shared", "STAGES", "TRACES", "PIPELINE", "SOURCE", "REQUEST_LAYOUT", "SHARED_LAYOUT",
     "init_request", "init_shared", "is_done",
 }

@@ -54,9 +54,9 @@ _TERMINAL_WORDS = {
 _EXPR_START = {"INT", "FLOAT", "NAME", "LPAR", "UNARY_OP", "TRUE", "FALSE"}
 _OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CMP_OP", "HAS", "AND_OP",
               "OR_OP", "QMARK", "AS"}
-_STMT_START = {"LET", "IF", "FOR", "BREAK", "CONTINUE", "RETURN", "NAME"}
+_STMT_START = {"LET", "IF", "FOR", "LANES", "BREAK", "CONTINUE", "RETURN", "NAME"}
 _ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
-               "ARBITER", "COLLECTIVE", "TRACE", "DONE"}
+               "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR"}
 
 
 @functools.cache
@@ -320,10 +320,10 @@ def _end_loc(text: str, file: str) -> Loc:
 KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
     "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
-    "continue", "return", "as", "has", "true", "false",
+    "continue", "return", "as", "has", "true", "false", "lanes", "tensor",
 }
 _ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
-                  "arbiter", "collective", "trace", "done", "pipeline"}
+                  "arbiter", "collective", "trace", "done", "pipeline", "tensor"}
 
 
 def _missing_brace(stack: list[Token]) -> str:
@@ -497,6 +497,13 @@ class _ToAst(Transformer):
         return node
 
     @v_args(meta=True)
+    def tensor_decl(self, meta, children):
+        name, elem, *dims = children
+        node = A.TensorDecl(str(name), str(elem), tuple(dims), loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
+
+    @v_args(meta=True)
     def fn_decl(self, meta, children):
         name = children[0]
         params: tuple = ()
@@ -615,6 +622,13 @@ class _ToAst(Transformer):
         return node
 
     @v_args(meta=True)
+    def lanes_stmt(self, meta, children):
+        var, start, stop, body = children
+        node = A.Lanes(str(var), start, stop, body.stmts, loc=self._loc(meta))
+        self._block_lines(node, meta, body)
+        return node
+
+    @v_args(meta=True)
     def break_stmt(self, meta, children):
         return self._stmt(meta, A.Break(loc=self._loc(meta)))
 
@@ -665,6 +679,16 @@ class _ToAst(Transformer):
     def index(self, meta, children):
         name, idx = children
         return A.Index(str(name), idx, loc=_loc_of(self.file, name))
+
+    @v_args(meta=True)
+    def multi_index(self, meta, children):
+        name, *indices = children
+        return A.MultiIndex(str(name), tuple(indices), loc=_loc_of(self.file, name))
+
+    @v_args(meta=True)
+    def reduction(self, meta, children):
+        op, var, start, stop, value = children
+        return A.Reduction(str(op), str(var), start, stop, value, loc=_loc_of(self.file, op))
 
     @v_args(meta=True)
     def member(self, meta, children):

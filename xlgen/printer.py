@@ -122,8 +122,9 @@ class _Printer:
                 self.line(depth, "} else {", C.arm(s, len(s.arms)), closing=True)
                 self.block(s.otherwise, depth + 1)
             self.line(depth, "}", C.close(s), closing=True)
-        elif isinstance(s, A.For):
-            self.line(depth, f"for {s.var} in {expr(s.start)}..{expr(s.stop)} {{", key)
+        elif isinstance(s, (A.For, A.Lanes)):
+            lanes = "lanes " if isinstance(s, A.Lanes) else ""
+            self.line(depth, f"{lanes}for {s.var} in {expr(s.start)}..{expr(s.stop)} {{", key)
             self.block(s.body, depth + 1)
             self.line(depth, "}", C.close(s), closing=True)
         else:
@@ -141,6 +142,8 @@ def _one_line_item(item) -> str:
         warp = "warp " if item.warp else ""
         ret = f" -> {_type(item.ret)}" if item.ret else ""
         return f"builtin {warp}fn {item.name}({_params(item.params)}){ret}"
+    if isinstance(item, A.TensorDecl):
+        return f"tensor {item.name}: {item.elem}[{', '.join(expr(d) for d in item.dims)}]"
     if isinstance(item, A.TraceDecl):
         return f"trace {item.stage}: {', '.join(f.name for f in item.fields)}"
     if isinstance(item, A.DoneDecl):
@@ -197,6 +200,10 @@ def _expr(e) -> tuple[str, int]:
         return f"{e.base}.{e.member}", ATOM_PREC
     if isinstance(e, A.Index):
         return f"{e.base}[{expr(e.index)}]", ATOM_PREC
+    if isinstance(e, A.MultiIndex):
+        return f"{e.base}[{', '.join(expr(i) for i in e.indices)}]", ATOM_PREC
+    if isinstance(e, A.Reduction):
+        return f"{e.op}({e.var} in {expr(e.start)}..{expr(e.stop)}: {expr(e.value)})", ATOM_PREC
     if isinstance(e, A.Call):
         return f"{e.func}({', '.join(expr(a) for a in e.args)})", ATOM_PREC
     if isinstance(e, A.Unary):

@@ -53,12 +53,23 @@ class _Launch(ctypes.Structure):
                 ("max_rounds", ctypes.c_int32), ("reserved", ctypes.c_int32)]
 
 
-def params_array(module, p) -> np.ndarray:
-    """Launch parameters packed like the C++ Params struct (one unused word when there are none)."""
-    if not module.Params.TYPES:
+def params_array(module, p, tensor_addresses: dict[str, int] | None = None) -> np.ndarray:
+    """Launch parameters packed like the C++ Params struct, as 32-bit words: the scalars, then
+    (8-byte aligned) each tensor's address; one unused word when there is nothing."""
+    tensors = getattr(module.Params, "TENSORS", {})
+    if not module.Params.TYPES and not tensors:
         return np.zeros(1, dtype=np.uint32)
-    layout = [(name, py(name), param_word(t), 1, False) for name, t in module.Params.TYPES.items()]
-    return to_array([p], layout, dtype_from_layout(layout))
+    words = np.zeros(0, dtype=np.uint32)
+    if module.Params.TYPES:
+        layout = [(name, py(name), param_word(t), 1, False) for name, t in module.Params.TYPES.items()]
+        words = to_array([p], layout, dtype_from_layout(layout)).view(np.uint32)
+    if tensors:
+        addresses = tensor_addresses if tensor_addresses is not None else {
+            name: getattr(p, py(name)).ctypes.data for name in tensors}
+        pad = np.zeros(len(words) % 2, dtype=np.uint32)
+        pointers = np.array([addresses[name] for name in tensors], dtype=np.uint64).view(np.uint32)
+        words = np.concatenate([words, pad, pointers])
+    return words
 
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None) -> RunResult:
@@ -74,6 +85,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     width = lib.xl_record_words()
     assert lib.xl_request_bytes() == req_dtype.itemsize, "Request layout mismatch"
     assert lib.xl_shared_bytes() == shared_dtype.itemsize, "Shared layout mismatch"
+    assert lib.xl_params_bytes() == params_array(module, p).nbytes, "Params layout mismatch"
     lib.xl_run.restype = ctypes.c_int32
     capacity = max(1024, 8 * len(inputs))
     while True:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import collective_frame_words, dtype_from_layout
+from ..names import py
 from ..resources import runtime_dir
 from .cpu import params_array
 from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
@@ -254,7 +255,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_dtype = dtype_from_layout(module.SHARED_LAYOUT)
     reqs_host = to_array(make_requests(module, p, inputs), module.REQUEST_LAYOUT, req_dtype)
     shared_host = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
-    packed = params_array(module, p)
+    packed = params_array(module, p, device_tensors(cupy, module, p))
 
     cu = compile_module(compiled)
     persistent = mode in ("deterministic", "fast")
@@ -310,6 +311,28 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
     result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps
     return result
+
+
+# Tensors in device memory, uploaded once per host buffer and kept while it is cached: keyed by
+# the host memory's address and size (bind() gives a fresh view of the same memory at every
+# launch). Weights are read-only; to launch with other values, pass other arrays.
+_DEVICE_TENSORS: dict[tuple[int, int], tuple[object, object]] = {}
+
+
+def device_tensors(cupy, module, p) -> dict[str, int]:
+    """Each tensor's device address, uploading a host buffer the first time it is launched with."""
+    addresses = {}
+    for name in getattr(module.Params, "TENSORS", {}):
+        host = getattr(p, py(name))
+        key = (host.__array_interface__["data"][0], host.nbytes)
+        entry = _DEVICE_TENSORS.get(key)
+        if entry is None:
+            if len(_DEVICE_TENSORS) >= 64:  # weights of many models: forget the oldest
+                _DEVICE_TENSORS.pop(next(iter(_DEVICE_TENSORS)))
+            entry = (host, cupy.asarray(host))  # holding `host` keeps its memory from being reused
+            _DEVICE_TENSORS[key] = entry
+        addresses[name] = entry[1].data.ptr
+    return addresses
 
 
 class _Buffers:

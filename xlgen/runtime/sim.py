@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..names import py
+from .tensors import bind
 from .ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, SharedWrites, XlRuntimeError, collective, f32,
                   wrap_i32)
 
@@ -86,7 +87,10 @@ def record_width(module) -> int:
 
 
 def _error_line(exc: BaseException, module_file: str) -> int:
-    """The .xl line of the innermost generated statement that raised."""
+    """The .xl line of the innermost generated statement that raised (or the line the error
+    carries: lane-parallel code raises the failing iteration's own)."""
+    if getattr(exc, "line", 0):
+        return exc.line
     tb = exc.__traceback__
     line = 0
     while tb is not None:
@@ -142,8 +146,15 @@ def param_word(type_name: str) -> str:
 
 
 def make_params(module, overrides: dict | None):
+    """Launch parameters from overrides by name; tensors (runtime/tensors.py) are bound here
+    too, from arrays given under their names."""
     overrides = dict(overrides or {})
     kwargs = {}
+    declared = getattr(module.Params, "TENSORS", {})
+    if declared:
+        arrays = {name: overrides.pop(name) for name in list(overrides) if name in declared}
+        for name, flat in bind(declared, arrays).items():
+            kwargs[py(name)] = flat
     for name, t in module.Params.TYPES.items():
         if name in overrides:
             value = overrides.pop(name)

@@ -513,6 +513,164 @@ XL_HD uint32_t xl_order_key(uint32_t bits, int word) {
     return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
+// ---- lane-parallel code: lanes loops and reductions (docs/semantics.md §13.2) ----------------
+//
+// The request's warp runs them: on the GPU lane l takes indices lo + l, lo + l + 32, ...; the
+// CPU build plays the 32 lanes one after another, so a sum adds in the same order. An
+// iteration or element that fails stops there; the statement then fails with the error of
+// the lowest failing index (XlLaneErr), in every backend.
+
+constexpr int32_t XL_REDUCE_LANES = 32;
+
+struct XlLaneErr {
+    int64_t at;  // the lowest failing index seen; INT64_MAX: none
+    int32_t code;
+    int32_t line;
+};
+
+XL_HD void xl_lane_err_note(XlLaneErr& first, int64_t at, const XlErr& e) {
+    if (e.code && at < first.at) first = {at, e.code, e.line};
+}
+
+// Every lane ends with the warp's lowest failing index (a butterfly of minima), and the
+// statement's error is set from it.
+XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
+#if XL_ON_GPU
+    for (int k = 16; k >= 1; k >>= 1) {
+        const long long at = __shfl_xor_sync(0xFFFFFFFFu, (long long)first.at, k);
+        const int32_t code = __shfl_xor_sync(0xFFFFFFFFu, first.code, k);
+        const int32_t line = __shfl_xor_sync(0xFFFFFFFFu, first.line, k);
+        if (at < first.at) first = {at, code, line};
+    }
+#endif
+    if (first.code) xl_err_set(err, key, first.code, first.line);
+}
+
+#if XL_ON_GPU
+#define XL_LANE ((int64_t)(threadIdx.x & 31u))
+#endif
+
+// `lanes for i in lo..hi { body }`: body(i, e) per iteration. Iterations are independent (the
+// checker proves it), so any order gives the same state; a failed one does not stop the others.
+template <typename Body>
+XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
+    XlLaneErr first = {INT64_MAX, 0, 0};
+#if XL_ON_GPU
+    for (int64_t i = (int64_t)lo + XL_LANE; i < (int64_t)hi; i += 32) {
+#else
+    for (int64_t i = lo; i < (int64_t)hi; ++i) {
+#endif
+        XlErr e = {0, 0, 0};
+        body((int32_t)i, e);
+        xl_lane_err_note(first, i, e);
+    }
+#if XL_ON_GPU
+    __syncwarp();  // every lane's writes, before the warp reads them
+#endif
+    xl_lane_err_finish(err, key, first);
+}
+
+template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
+template <> XL_HD float xl_sum_add<float>(float a, float b) { return xl_fadd(a, b); }
+template <typename T> XL_HD T xl_sum_identity() { return T(0); }
+template <> XL_HD float xl_sum_identity<float>() { return -0.0f; }  // x + -0.0 == x for every x
+
+XL_HD uint32_t xl_reduce_key(int32_t v) { return (uint32_t)v ^ 0x80000000u; }
+XL_HD uint32_t xl_reduce_key(uint32_t v) { return v; }
+XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL_WORD_F); }
+
+// `sum(j in lo..hi: elem)`: lane l adds elements l, l + 32, ... in order (from -0.0 for f32),
+// then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1.
+template <typename T, typename Elem>
+XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem elem) {
+    XlLaneErr first = {INT64_MAX, 0, 0};
+#if XL_ON_GPU
+    T acc = xl_sum_identity<T>();
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
+        XlErr e = {0, 0, 0};
+        const T v = elem((int32_t)j, e);
+        if (e.code) { xl_lane_err_note(first, j, e); break; }
+        acc = xl_sum_add(acc, v);
+    }
+    xl_lane_err_finish(err, key, first);
+    for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
+    return err.code ? T(0) : acc;
+#else
+    T part[XL_REDUCE_LANES];
+    for (int l = 0; l < XL_REDUCE_LANES; ++l) {
+        part[l] = xl_sum_identity<T>();
+        for (int64_t j = (int64_t)lo + l; j < (int64_t)hi; j += XL_REDUCE_LANES) {
+            XlErr e = {0, 0, 0};
+            const T v = elem((int32_t)j, e);
+            if (e.code) { xl_lane_err_note(first, j, e); break; }
+            part[l] = xl_sum_add(part[l], v);
+        }
+    }
+    xl_lane_err_finish(err, key, first);
+    for (int k = 16; k >= 1; k >>= 1) {
+        T next[XL_REDUCE_LANES];
+        for (int l = 0; l < XL_REDUCE_LANES; ++l) next[l] = xl_sum_add(part[l], part[l ^ k]);
+        for (int l = 0; l < XL_REDUCE_LANES; ++l) part[l] = next[l];
+    }
+    return err.code ? T(0) : part[0];
+#endif
+}
+
+// The best of (value, index) pairs: the greatest (or least) key, ties to the lower index;
+// index -1 is "no element yet". Every order of combining gives the same pair.
+template <typename T>
+XL_HD void xl_best_merge(T& v, int32_t& i, T ov, int32_t oi, bool greatest) {
+    if (oi < 0) return;
+    if (i >= 0) {
+        const uint32_t a = xl_reduce_key(ov), b = xl_reduce_key(v);
+        if (a == b ? oi > i : (greatest ? a < b : a > b)) return;
+    }
+    v = ov;
+    i = oi;
+}
+
+// max/min/argmax/argmin over j in lo..hi: returns the index (-1 for an empty range) and
+// leaves the value in *best.
+template <typename T, typename Elem>
+XL_DEVICE int32_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
+    XlLaneErr first = {INT64_MAX, 0, 0};
+    T v = T(0);
+    int32_t at = -1;
+#if XL_ON_GPU
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
+#else
+    for (int64_t j = lo; j < (int64_t)hi; ++j) {  // the pair does not depend on the order
+#endif
+        XlErr e = {0, 0, 0};
+        const T x = elem((int32_t)j, e);
+        if (e.code) { xl_lane_err_note(first, j, e); break; }
+        xl_best_merge(v, at, x, (int32_t)j, greatest);
+    }
+    xl_lane_err_finish(err, key, first);
+#if XL_ON_GPU
+    for (int k = 16; k >= 1; k >>= 1) {
+        const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);
+        const int32_t oi = __shfl_xor_sync(0xFFFFFFFFu, at, k);
+        xl_best_merge(v, at, ov, oi, greatest);
+    }
+#endif
+    *best = v;
+    return err.code ? 0 : at;
+}
+
+// The value of max/min: the best element; for an empty range the least (max) or greatest
+// (min) value of the type. A NaN comes out as the canonical NaN.
+XL_HD float xl_best_value(float v, int32_t at, bool greatest) {
+    if (at < 0) return greatest ? -XL_INF : XL_INF;
+    return v != v ? XL_NAN : v;
+}
+XL_HD int32_t xl_best_value(int32_t v, int32_t at, bool greatest) {
+    return at >= 0 ? v : (greatest ? (int32_t)0x80000000 : 0x7FFFFFFF);
+}
+XL_HD uint32_t xl_best_value(uint32_t v, int32_t at, bool greatest) {
+    return at >= 0 ? v : (greatest ? 0u : 0xFFFFFFFFu);
+}
+
 #if XL_ON_GPU
 // Block-wide inclusive sum of one value per thread (all threads call it); *total: the block's sum.
 __device__ uint32_t xl_block_inclusive_sum(uint32_t v, uint32_t* total) {

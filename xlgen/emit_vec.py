@@ -1,0 +1,218 @@
+"""Typed IR -> numpy code for the simulator's lane-parallel statements (lanes loops and
+reductions, docs/semantics.md §13.2).
+
+The iterations of a lanes loop (the elements of a reduction) are evaluated together: a
+value that differs per iteration is a numpy array, one that does not is a numpy scalar.
+Operators come from the table below, whose checked operations record errors in the
+`Lanes` object of xlgen/runtime/vec.py instead of raising. Conditional evaluation (`if`,
+`&&`, `||`, `?:`) narrows the iterations that count with a mask.
+"""
+
+from __future__ import annotations
+
+from . import ir, names, py_ops
+
+# numpy types of the values of each IR type
+DTYPE = {"i32": "I32", "u32": "U32", "f32": "F32", "bool": "BOOL", "enum": "I32", "flags": "U32"}
+
+VEC_BINARY: dict[tuple[str, str], str] = {}
+for _t in ("i32", "u32", "f32"):
+    for _op in "+-*":
+        VEC_BINARY[(_op, _t)] = "({a} " + _op + " {b})"
+    for _op in ("==", "!=", "<", "<=", ">", ">="):
+        VEC_BINARY[(_op, _t)] = "({a} " + _op + " {b})"
+VEC_BINARY.update({
+    ("/", "i32"): "v_div_i32(xl_L, {a}, {b}, {line})", ("%", "i32"): "v_rem_i32(xl_L, {a}, {b}, {line})",
+    ("/", "u32"): "v_div_u32(xl_L, {a}, {b}, {line})", ("%", "u32"): "v_rem_u32(xl_L, {a}, {b}, {line})",
+    ("/", "f32"): "({a} / {b})",
+    ("<<", "i32"): "v_shl_i32(xl_L, {a}, {b}, {line})", (">>", "i32"): "v_shr_i32(xl_L, {a}, {b}, {line})",
+    ("<<", "u32"): "v_shl_u32(xl_L, {a}, {b}, {line})", (">>", "u32"): "v_shr_u32(xl_L, {a}, {b}, {line})",
+})
+for _t in ("i32", "u32", "flags"):
+    for _op in "&|^":
+        VEC_BINARY[(_op, _t)] = "({a} " + _op + " {b})"
+for _t in ("bool", "enum", "flags"):
+    VEC_BINARY[("==", _t)] = "({a} == {b})"
+    VEC_BINARY[("!=", _t)] = "({a} != {b})"
+VEC_BINARY[("&&", "bool")] = "v_and(xl_L, {a}, lambda: {b})"
+VEC_BINARY[("||", "bool")] = "v_or(xl_L, {a}, lambda: {b})"
+VEC_BINARY[("has", "flags")] = "(({a} & {b}) == {b})"
+
+VEC_UNARY = {
+    ("-", "i32"): "(-{a})", ("-", "u32"): "(-{a})", ("-", "f32"): "(-{a})",
+    ("!", "bool"): "(~{a})",
+    ("~", "i32"): "(~{a})", ("~", "u32"): "(~{a})", ("~", "flags"): "({a} ^ U32({mask}))",
+}
+
+VEC_CAST = {
+    ("i32", "u32"): "{a}.astype(U32)", ("u32", "i32"): "{a}.astype(I32)",
+    ("i32", "f32"): "{a}.astype(F32)", ("u32", "f32"): "{a}.astype(F32)",
+    ("f32", "i32"): "v_f2i(xl_L, {a}, {line})", ("f32", "u32"): "v_f2u(xl_L, {a}, {line})",
+    ("bool", "i32"): "{a}.astype(I32)", ("bool", "u32"): "{a}.astype(U32)", ("bool", "f32"): "{a}.astype(F32)",
+    ("enum", "i32"): "{a}", ("enum", "u32"): "{a}.astype(U32)", ("flags", "i32"): "{a}.astype(I32)",
+    ("flags", "u32"): "{a}",
+}
+
+VEC_INTRINSIC = {
+    ("min", "*"): "v_min({a}, {b})", ("max", "*"): "v_max({a}, {b})", ("clamp", "*"): "v_clamp({a}, {b}, {c})",
+    ("abs", "i32"): "v_abs_i32({a})", ("abs", "f32"): "np.abs({a})", ("sqrt", "f32"): "np.sqrt({a})",
+}
+
+
+def dtype_of(t: ir.Type) -> str:
+    return DTYPE[py_ops.type_key(t)]
+
+
+class VecEmitter:
+    """Emits one lanes loop or reduction. `scalar` is the simulator's emitter (for uniform
+    values: launch params, request fields, locals from outside)."""
+
+    def __init__(self, scalar, lane_vars: set[str]):
+        self.scalar = scalar
+        self.lane_vars = set(lane_vars)  # names holding one value per iteration
+        self.arrays: dict[str, ir.Var] = {}  # request/shared arrays the code touches
+        self.written: set[str] = set()
+        self.line = 0
+        self.temps = 0
+
+    # ---- expressions
+    def expr(self, e: ir.Expr) -> str:
+        return getattr(self, "expr_" + type(e).__name__)(e)
+
+    def expr_Const(self, e: ir.Const) -> str:
+        return f"{dtype_of(e.type)}({self.scalar.expr_Const(e)})"
+
+    def expr_Var(self, e: ir.Var) -> str:
+        if e.kind == ir.LOCAL and e.name in self.lane_vars:
+            return names.py(e.name)
+        return f"{dtype_of(e.type)}({self.scalar.expr_Var(e)})"
+
+    def _array(self, base: ir.Var) -> str:
+        self.arrays[base.name] = base
+        return f"xl_a_{names.py(base.name)}"
+
+    def _index(self, index: ir.Expr, length: int, checked: bool) -> str:
+        code = self.expr(index)
+        return f"v_idx(xl_L, {code}, {length}, {self.line})" if checked else code
+
+    def expr_Load(self, e: ir.Load) -> str:
+        return f"{self._array(e.base)}[{self._index(e.index, e.base.type.length, e.checked)}]"
+
+    def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
+        flat = ""
+        for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
+            code = self._index(index, dim, checked)
+            flat = code if k == 0 else f"({flat}) * {dim} + {code}"
+        return f"p.{names.py(e.tensor)}[{flat}]"
+
+    def expr_Unary(self, e: ir.Unary) -> str:
+        mask = py_ops.flag_mask(e.type) if isinstance(e.type, ir.EnumType) else 0
+        return VEC_UNARY[(e.op, py_ops.type_key(e.type))].format(a=self.expr(e.operand), mask=mask)
+
+    def expr_Binary(self, e: ir.Binary) -> str:
+        return VEC_BINARY[(e.op, py_ops.type_key(e.left.type))].format(
+            a=self.expr(e.left), b=self.expr(e.right), line=self.line)
+
+    def expr_Select(self, e: ir.Select) -> str:
+        return f"v_select(xl_L, {self.expr(e.cond)}, lambda: {self.expr(e.then)}, lambda: {self.expr(e.otherwise)})"
+
+    def expr_Cast(self, e: ir.Cast) -> str:
+        src, dst = py_ops.type_key(e.operand.type), py_ops.type_key(e.type)
+        a = self.expr(e.operand)
+        if src == dst:
+            return a
+        return VEC_CAST[(src, dst)].format(a=f"np.asarray({a})", line=self.line)
+
+    def expr_Intrinsic(self, e: ir.Intrinsic) -> str:
+        template = VEC_INTRINSIC.get((e.name, "*")) or VEC_INTRINSIC[(e.name, py_ops.type_key(e.type))]
+        return template.format(**dict(zip("abc", (self.expr(a) for a in e.args))))
+
+    def expr_Call(self, e: ir.Call) -> str:  # the checker allows scalar builtins only
+        args = ", ".join(["xl_L", str(self.line)] + [self.expr(a) for a in e.args])
+        return f"vb_{e.func}({args})"
+
+    # ---- statements
+    def block(self, stmts, depth: int) -> list[str]:
+        lines: list[str] = []
+        for s in stmts:
+            self.line = s.loc.line
+            lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
+        return lines
+
+    def _pad(self, depth: int) -> str:
+        return "    " * depth
+
+    def stmt_Let(self, s: ir.Let, depth):
+        self.lane_vars.add(s.name)
+        pad = self._pad(depth)
+        return [f"{pad}{names.py(s.name)} = {self.expr(s.value)}", f"{pad}xl_L.end()"]
+
+    def stmt_Assign(self, s: ir.Assign, depth):
+        pad = self._pad(depth)
+        value = self.expr(s.value)
+        if s.target.kind == ir.LOCAL:
+            name = names.py(s.target.name)
+            return [f"{pad}{name} = v_assign(xl_L, {name}, {value})", f"{pad}xl_L.end()"]
+        self.written.add(s.target.name)
+        array = self._array(s.target)
+        # the value first, then the index: the order the scalar simulator raises in
+        return [f"{pad}xl_v = {value}",
+                f"{pad}v_store(xl_L, {array}, {self._index(s.index, s.target.type.length, s.checked)}, xl_v)",
+                f"{pad}xl_L.end()"]
+
+    def stmt_If(self, s: ir.If, depth):
+        pad = self._pad(depth)
+        lines = []
+        for cond, body in s.arms:
+            self.line = cond.loc.line
+            self.temps += 1
+            c = f"xl_c{self.temps}"
+            lines += [f"{pad}{c} = np.broadcast_to({self.expr(cond)}, (xl_L.n,))", f"{pad}xl_L.end()",
+                      f"{pad}xl_L.push({c})"]
+            lines += self.block(body, depth) or []
+            lines += [f"{pad}xl_L.pop()", f"{pad}xl_L.push(~{c})"]  # the next arm: where no earlier one ran
+        lines += self.block(s.otherwise, depth)
+        lines += [f"{pad}xl_L.pop()"] * len(s.arms)
+        return lines
+
+    def stmt_For(self, s: ir.For, depth):
+        pad = self._pad(depth)
+        return [f"{pad}for {names.py(s.var)} in range({s.start}, {s.stop}):",
+                *(self.block(s.body, depth + 1) or [f"{pad}    pass"])]
+
+    def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
+        pad = self._pad(depth)
+        return [f"{pad}{self.expr(s.expr)}", f"{pad}xl_L.end()"]
+
+    # ---- the statement itself
+    def _open(self, start: ir.Expr, stop: ir.Expr, loc, var: str, body: list[str], mark: str) -> list[str]:
+        """Bounds (uniform: they may raise like any scalar expression), working copies of the
+        arrays the code touches, then the code under np.errstate (wrap-around is meant)."""
+        bounds = f"xl_L = Lanes({self.scalar.expr(start)}, {self.scalar.expr(stop)}){mark}"
+        lines = [bounds]
+        for name, base in self.arrays.items():
+            elem = base.type.elem
+            lines.append(f"xl_a_{names.py(name)} = np.array({self.scalar.expr_Var(base)}, dtype={dtype_of(elem)})")
+        lines.append("with np.errstate(all='ignore'):")
+        lines.append(f"    {names.py(var)} = xl_L.index")
+        lines += ["    " + line for line in body]
+        return lines
+
+    def lanes(self, s: ir.Lanes, mark: str) -> list[str]:
+        body = self.block(s.body, 0)
+        lines = self._open(s.start, s.stop, s.loc, s.var, body, mark)
+        for name in sorted(self.written):
+            lines.append(f"{self.scalar.expr_Var(self.arrays[name])}[:] = xl_a_{names.py(name)}.tolist()")
+        lines.append(f"xl_L.raise_first(){mark}")
+        return lines
+
+    def reduce(self, s: ir.Reduce, mark: str) -> list[str]:
+        self.line = s.loc.line
+        value = self.expr(s.value)
+        lines = self._open(s.start, s.stop, s.loc, s.var, [f"xl_v = {value}"], mark)
+        dtype = dtype_of(s.value.type)
+        if s.op == "sum":
+            call = f"reduce_sum(xl_L, xl_v, {dtype})"
+        else:
+            call = f"reduce_best(xl_L, xl_v, {dtype}, {s.op!r})"
+        return lines + [f"{names.py(s.name)} = {call}{mark}"]

@@ -1,0 +1,305 @@
+"""Lane-parallel code in the simulator: lanes loops and reductions as numpy arrays.
+
+A lanes loop's iterations (a reduction's elements) are evaluated together, one numpy
+array per value, rounding every f32 operation to binary32 as the scalar simulator does
+(numpy's float32 `+ - * /` and sqrt are correctly rounded and never fused). Runtime errors
+follow docs/semantics.md §13.2: each iteration stops at its first failing statement (which
+has no effect), the others go on, and the statement then fails with the error of the
+lowest failing index. The generated simulator star-imports this module; the C++ twin is
+the lane-parallel section of xl_runtime.cuh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .builtins import b_hash_u32  # noqa: F401 - the scalar twin of v_hash_u32 below, for readers
+from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRuntimeError, wrap_i32
+
+F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_
+REDUCE_LANES = 32
+_BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]
+
+
+class Lanes:
+    """One lanes loop or reduction being evaluated: the indices, which iterations are still
+    running (`live`), which the current `if` arm covers (`mask`), the current statement's
+    errors, and each iteration's error."""
+
+    def __init__(self, start: int, stop: int):
+        n = max(0, int(stop) - int(start))
+        self.index = np.arange(int(start), int(start) + n, dtype=np.int64).astype(np.int32)
+        self.n = n
+        self.live = np.ones(n, dtype=bool)
+        self.mask = self.live.copy()
+        self.arms: list[np.ndarray] = []
+        self.code = np.zeros(n, dtype=np.int32)  # the current statement's first error, per iteration
+        self.line = np.zeros(n, dtype=np.int32)
+        self.fail_code = np.zeros(n, dtype=np.int32)
+        self.fail_line = np.zeros(n, dtype=np.int32)
+
+    # ---- errors
+    def check(self, bad, code: int, line: int) -> None:
+        """Iterations where `bad` holds fail with `code` unless this statement failed already."""
+        new = self.mask & bad & (self.code == 0)
+        if new.any():
+            self.code[new] = code
+            self.line[new] = line
+
+    def ok(self) -> np.ndarray:
+        """Iterations on which the current statement takes effect."""
+        return self.mask & (self.code == 0)
+
+    def end(self) -> None:
+        """The end of a statement: iterations it failed on stop."""
+        failed = self.code != 0
+        if failed.any():
+            self.fail_code[failed] = self.code[failed]
+            self.fail_line[failed] = self.line[failed]
+            self.live &= ~failed
+            self.mask &= ~failed
+            self.arms = [m & ~failed for m in self.arms]
+            self.code[:] = 0
+
+    def raise_first(self) -> None:
+        failed = np.flatnonzero(self.fail_code)
+        if failed.size:
+            k = failed[0]
+            raise XlRuntimeError(int(self.fail_code[k]), int(self.fail_line[k]))
+
+    # ---- `if` arms and conditional operands
+    def push(self, cond) -> None:
+        self.arms.append(self.mask)
+        self.mask = self.mask & cond
+
+    def pop(self) -> None:
+        self.mask = self.arms.pop()
+
+
+def lanes_values(values, n: int) -> np.ndarray:
+    return np.broadcast_to(values, (n,))
+
+
+def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
+    """`array[index] = value` on the iterations the statement takes effect on."""
+    ok = L.ok()
+    index = np.broadcast_to(index, (L.n,))
+    value = np.broadcast_to(value, (L.n,))
+    array[index[ok]] = value[ok]
+
+
+def v_assign(L: Lanes, old, new):
+    """A lane local assigned inside an `if` arm: the new value where the statement runs."""
+    return np.where(L.ok(), new, old)
+
+
+# ---- checked operations ---------------------------------------------------------------
+
+
+def v_idx(L: Lanes, i, n: int, line: int):
+    bad = (i < 0) | (i >= n) if np.asarray(i).dtype.kind == "i" else (i >= n)
+    L.check(bad, ERR_INDEX, line)
+    return np.where(bad, 0, i).astype(np.int64)
+
+
+def _divisor(L: Lanes, b, line: int):
+    bad = b == 0
+    L.check(bad, ERR_DIV_ZERO, line)
+    return np.where(bad, 1, b)
+
+
+def v_div_i32(L: Lanes, a, b, line: int):
+    b = _divisor(L, b, line).astype(np.int64)
+    a = np.asarray(a).astype(np.int64)
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) == (b < 0), q, -q).astype(np.int32)
+
+
+def v_rem_i32(L: Lanes, a, b, line: int):
+    b = _divisor(L, b, line).astype(np.int64)
+    a = np.asarray(a).astype(np.int64)
+    r = np.abs(a) % np.abs(b)
+    return np.where(a < 0, -r, r).astype(np.int32)
+
+
+def v_div_u32(L: Lanes, a, b, line: int):
+    return (np.asarray(a) // _divisor(L, b, line)).astype(np.uint32)
+
+
+def v_rem_u32(L: Lanes, a, b, line: int):
+    return (np.asarray(a) % _divisor(L, b, line)).astype(np.uint32)
+
+
+def _shift(L: Lanes, n, line: int):
+    n = np.asarray(n)
+    bad = (n < 0) | (n > 31) if n.dtype.kind == "i" else (n > 31)
+    L.check(bad, ERR_SHIFT, line)
+    return np.where(bad, 0, n).astype(np.uint32)
+
+
+def v_shl_i32(L: Lanes, a, n, line: int):
+    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line)).astype(np.int32)
+
+
+def v_shl_u32(L: Lanes, a, n, line: int):
+    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line)).astype(np.uint32)
+
+
+def v_shr_i32(L: Lanes, a, n, line: int):
+    return (np.asarray(a).astype(np.int32) >> _shift(L, n, line).astype(np.int32)).astype(np.int32)
+
+
+def v_shr_u32(L: Lanes, a, n, line: int):
+    return (np.asarray(a).astype(np.uint32) >> _shift(L, n, line)).astype(np.uint32)
+
+
+def v_f2i(L: Lanes, x, line: int):
+    x = np.asarray(x, dtype=np.float32)
+    bad = ~((x >= np.float32(-2147483648.0)) & (x < np.float32(2147483648.0)))
+    L.check(bad, ERR_CAST, line)
+    return np.where(bad, np.float32(0), x).astype(np.int32)
+
+
+def v_f2u(L: Lanes, x, line: int):
+    x = np.asarray(x, dtype=np.float32)
+    bad = ~((x > np.float32(-1.0)) & (x < np.float32(4294967296.0)))
+    L.check(bad, ERR_CAST, line)
+    return np.where(bad, np.float32(0), x).astype(np.int64).astype(np.uint32)
+
+
+def v_and(L: Lanes, a, b):
+    """`a && b`: b is evaluated (its errors count) only where a holds."""
+    L.push(a)
+    right = b()
+    L.pop()
+    return a & right
+
+
+def v_or(L: Lanes, a, b):
+    L.push(~a)
+    right = b()
+    L.pop()
+    return a | right
+
+
+def v_select(L: Lanes, c, then, otherwise):
+    L.push(c)
+    t = then()
+    L.pop()
+    L.push(~c)
+    f = otherwise()
+    L.pop()
+    return np.where(c, t, f)
+
+
+def v_min(a, b):
+    return np.where(b < a, b, a)
+
+
+def v_max(a, b):
+    return np.where(b > a, b, a)
+
+
+def v_clamp(x, lo, hi):
+    return v_min(v_max(x, lo), hi)
+
+
+def v_abs_i32(a):
+    a = np.asarray(a, dtype=np.int32)
+    return np.where(a < 0, -a, a)
+
+
+# ---- builtins (the scalar twins are in builtins.py) -------------------------------------
+
+
+def v_hash_u32(x):
+    x = np.asarray(x).astype(np.uint32)
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def _v_mix(seed, pos, prev, salt: int):
+    h = v_hash_u32(np.asarray(seed).astype(np.uint32) ^ np.uint32(salt))
+    h = v_hash_u32(h ^ np.asarray(pos).astype(np.uint32))
+    return v_hash_u32(h ^ (np.asarray(prev).astype(np.uint32) * np.uint32(0x9E3779B1)))
+
+
+def _v_vocab(L: Lanes, vocab, line: int):
+    bad = np.asarray(vocab) < 2
+    L.check(bad, ERR_BUILTIN, line)
+    return np.where(bad, 2, vocab).astype(np.uint32)
+
+
+def vb_hash_u32(L: Lanes, line: int, x):
+    return v_hash_u32(x)
+
+
+def vb_target_token(L: Lanes, line: int, seed, pos, prev, vocab):
+    v = _v_vocab(L, vocab, line)
+    return (_v_mix(seed, pos, prev, 0x7A3C5E11) % v).astype(np.int32)
+
+
+def vb_draft_token(L: Lanes, line: int, seed, pos, prev, vocab, agree):
+    v = _v_vocab(L, vocab, line)
+    target = (_v_mix(seed, pos, prev, 0x7A3C5E11) % v).astype(np.int64)
+    h = _v_mix(seed, pos, prev, 0x2C1B3C6D)
+    u = (h >> np.uint32(8)).astype(np.float64) * (1.0 / 16777216.0)  # exact, as in b_draft_token
+    other = (target + 1 + (h.astype(np.int64) % (v.astype(np.int64) - 1))) % v.astype(np.int64)
+    return np.where(u < np.asarray(agree, dtype=np.float64), target, other).astype(np.int32)
+
+
+# ---- reductions --------------------------------------------------------------------------
+
+
+def _elements(L: Lanes, values, dtype) -> np.ndarray:
+    L.end()
+    L.raise_first()
+    return np.asarray(np.broadcast_to(values, (L.n,)), dtype=dtype)
+
+
+def reduce_sum(L: Lanes, values, dtype):
+    """lane l adds elements l, l + 32, ... in order; then lane l adds lane l ^ k's partial
+    for k = 16, 8, 4, 2, 1 (xl_reduce_sum)."""
+    v = _elements(L, values, dtype)
+    if dtype is not np.float32:  # integer sums wrap: every order gives the same result
+        total = int(v.astype(np.int64).sum())
+        return wrap_i32(total) if dtype is np.int32 else total & 0xFFFFFFFF
+    rows = max(1, -(-L.n // REDUCE_LANES))
+    table = np.full(rows * REDUCE_LANES, -0.0, dtype=np.float32)  # x + -0.0 == x for every x
+    table[: L.n] = v
+    acc = np.add.accumulate(table.reshape(rows, REDUCE_LANES), axis=0)[-1]  # in order, row by row
+    for perm in _BUTTERFLY:
+        acc = acc + acc[perm]
+    return float(acc[0])
+
+
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """Keys ordering values as xl_reduce_key: integers by value, f32 by IEEE totalOrder with
+    every NaN the canonical one (above +inf)."""
+    if v.dtype == np.float32:
+        bits = v.view(np.uint32).astype(np.int64)
+        bits = np.where(np.isnan(v), 0x7FC00000, bits)
+        return np.where(bits & 0x80000000, bits ^ 0xFFFFFFFF, bits | 0x80000000)
+    return v.astype(np.int64)
+
+
+def reduce_best(L: Lanes, values, dtype, op: str):
+    """max/min/argmax/argmin: the greatest (least) key, ties to the lowest index."""
+    v = _elements(L, values, dtype)
+    greatest = op in ("max", "argmax")
+    if L.n == 0:
+        if op in ("argmax", "argmin"):
+            return -1
+        if dtype is np.float32:
+            return -np.inf if greatest else np.inf
+        info = np.iinfo(dtype)
+        return int(info.min if greatest else info.max)
+    keys = _order_keys(v)
+    k = int(np.argmax(keys) if greatest else np.argmin(keys))  # the first of equal keys
+    if op in ("argmax", "argmin"):
+        return int(L.index[k])
+    best = v[k].item()
+    return float("nan") if best != best else best
