@@ -246,7 +246,23 @@ def _prepare(file, workload_name, count, max_active, param_overrides=()):
     for item in param_overrides:
         name, value = _parse_param(module, item)
         workload.params[name] = value
+    _bind_weights(module, workload)
     return compiled, module, workload
+
+
+def _bind_weights(module, workload) -> None:
+    """--weights FILE: the pipeline's tensors, checked here (a usage error names what is wrong)."""
+    from .runtime.tensors import WeightsError, bind, load_weights
+
+    context = click.get_current_context(silent=True)
+    path = context.meta.get("xlgen_weights") if context is not None else None
+    declared = getattr(module.Params, "TENSORS", {})
+    try:
+        arrays = load_weights(path) if path is not None else {}
+        bind(declared, arrays, source=str(path) if path is not None else "the launch (no --weights FILE)")
+    except WeightsError as exc:
+        raise click.UsageError(f"--weights: {exc}") from None
+    workload.params.update({name: arrays[name] for name in declared})
 
 
 class AsciiInt(click.ParamType):
@@ -489,6 +505,10 @@ _WORKLOAD_OPTIONS = [
     click.option("--param", "param_overrides", multiple=True, metavar="NAME=VALUE",
                  help="Set a launch parameter over the workload's params (repeatable): "
                       "--param fixed_block=8 --param kv_cache=false."),
+    click.option("--weights", type=click.Path(path_type=Path, dir_okay=False), default=None, expose_value=False,
+                 callback=lambda ctx, _param, value: ctx.meta.__setitem__("xlgen_weights", value),
+                 metavar="FILE", help="Bind the pipeline's tensors from a .safetensors or .npz file, by name "
+                                      "(shapes and dtypes checked; docs/language.md, tensor)."),
 ]
 
 

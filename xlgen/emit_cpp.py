@@ -309,10 +309,10 @@ class CppEmitter:
         else:
             greatest = "true" if s.op in ("max", "argmax") else "false"
             lines.append(f"{pad}{IND}{t} xl_best;")
-            lines.append(f"{pad}{IND}const int32_t xl_at = xl_reduce_best<{t}>(err, 1, xl_lo, xl_hi, {greatest}, "
+            lines.append(f"{pad}{IND}const int64_t xl_at = xl_reduce_best<{t}>(err, 1, xl_lo, xl_hi, {greatest}, "
                          f"&xl_best, {elem[0]}")
             lines += elem[1:-1] + [elem[-1] + ");"]
-            result = "xl_at" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
+            result = "xl_best_index(xl_at)" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
             lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
         lines += [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
         return lines

@@ -270,9 +270,11 @@ def reduce_sum(L: Lanes, values, dtype):
     rows = max(1, -(-L.n // REDUCE_LANES))
     table = np.full(rows * REDUCE_LANES, -0.0, dtype=np.float32)  # x + -0.0 == x for every x
     table[: L.n] = v
-    acc = np.add.accumulate(table.reshape(rows, REDUCE_LANES), axis=0)[-1]  # in order, row by row
-    for perm in _BUTTERFLY:
-        acc = acc + acc[perm]
+    with np.errstate(all="ignore"):
+        acc = np.add.accumulate(table.reshape(rows, REDUCE_LANES), axis=0)[-1]  # in order, row by row
+    with np.errstate(all="ignore"):  # inf + -inf is NaN here as on the GPU
+        for perm in _BUTTERFLY:
+            acc = acc + acc[perm]
     return float(acc[0])
 
 

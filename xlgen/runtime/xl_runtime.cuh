@@ -521,9 +521,10 @@ XL_HD uint32_t xl_order_key(uint32_t bits, int word) {
 // the lowest failing index (XlLaneErr), in every backend.
 
 constexpr int32_t XL_REDUCE_LANES = 32;
+constexpr int64_t XL_NO_INDEX = 0x7FFFFFFFFFFFFFFFll;  // (NVRTC has no INT64_MAX)
 
 struct XlLaneErr {
-    int64_t at;  // the lowest failing index seen; INT64_MAX: none
+    int64_t at;  // the lowest failing index seen; XL_NO_INDEX: none
     int32_t code;
     int32_t line;
 };
@@ -554,7 +555,7 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // checker proves it), so any order gives the same state; a failed one does not stop the others.
 template <typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
-    XlLaneErr first = {INT64_MAX, 0, 0};
+    XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
     for (int64_t i = (int64_t)lo + XL_LANE; i < (int64_t)hi; i += 32) {
 #else
@@ -583,7 +584,7 @@ XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL
 // then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1.
 template <typename T, typename Elem>
 XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem elem) {
-    XlLaneErr first = {INT64_MAX, 0, 0};
+    XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
     T acc = xl_sum_identity<T>();
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
@@ -617,11 +618,11 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
 }
 
 // The best of (value, index) pairs: the greatest (or least) key, ties to the lower index;
-// index -1 is "no element yet". Every order of combining gives the same pair.
+// index XL_NO_INDEX is "no element yet". Every order of combining gives the same pair.
 template <typename T>
-XL_HD void xl_best_merge(T& v, int32_t& i, T ov, int32_t oi, bool greatest) {
-    if (oi < 0) return;
-    if (i >= 0) {
+XL_HD void xl_best_merge(T& v, int64_t& i, T ov, int64_t oi, bool greatest) {
+    if (oi == XL_NO_INDEX) return;
+    if (i != XL_NO_INDEX) {
         const uint32_t a = xl_reduce_key(ov), b = xl_reduce_key(v);
         if (a == b ? oi > i : (greatest ? a < b : a > b)) return;
     }
@@ -629,13 +630,13 @@ XL_HD void xl_best_merge(T& v, int32_t& i, T ov, int32_t oi, bool greatest) {
     i = oi;
 }
 
-// max/min/argmax/argmin over j in lo..hi: returns the index (-1 for an empty range) and
-// leaves the value in *best.
+// max/min/argmax/argmin over j in lo..hi: returns the best element's index (XL_NO_INDEX for
+// an empty range) and leaves its value in *best.
 template <typename T, typename Elem>
-XL_DEVICE int32_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
-    XlLaneErr first = {INT64_MAX, 0, 0};
+XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
+    XlLaneErr first = {XL_NO_INDEX, 0, 0};
     T v = T(0);
-    int32_t at = -1;
+    int64_t at = XL_NO_INDEX;
 #if XL_ON_GPU
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
 #else
@@ -644,31 +645,34 @@ XL_DEVICE int32_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi
         XlErr e = {0, 0, 0};
         const T x = elem((int32_t)j, e);
         if (e.code) { xl_lane_err_note(first, j, e); break; }
-        xl_best_merge(v, at, x, (int32_t)j, greatest);
+        xl_best_merge(v, at, x, j, greatest);
     }
     xl_lane_err_finish(err, key, first);
 #if XL_ON_GPU
     for (int k = 16; k >= 1; k >>= 1) {
         const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);
-        const int32_t oi = __shfl_xor_sync(0xFFFFFFFFu, at, k);
+        const int64_t oi = __shfl_xor_sync(0xFFFFFFFFu, (long long)at, k);
         xl_best_merge(v, at, ov, oi, greatest);
     }
 #endif
     *best = v;
-    return err.code ? 0 : at;
+    return at;
 }
+
+// argmax/argmin: the index, -1 for an empty range.
+XL_HD int32_t xl_best_index(int64_t at) { return at == XL_NO_INDEX ? -1 : (int32_t)at; }
 
 // The value of max/min: the best element; for an empty range the least (max) or greatest
 // (min) value of the type. A NaN comes out as the canonical NaN.
-XL_HD float xl_best_value(float v, int32_t at, bool greatest) {
-    if (at < 0) return greatest ? -XL_INF : XL_INF;
+XL_HD float xl_best_value(float v, int64_t at, bool greatest) {
+    if (at == XL_NO_INDEX) return greatest ? -XL_INF : XL_INF;
     return v != v ? XL_NAN : v;
 }
-XL_HD int32_t xl_best_value(int32_t v, int32_t at, bool greatest) {
-    return at >= 0 ? v : (greatest ? (int32_t)0x80000000 : 0x7FFFFFFF);
+XL_HD int32_t xl_best_value(int32_t v, int64_t at, bool greatest) {
+    return at != XL_NO_INDEX ? v : (greatest ? (int32_t)0x80000000 : 0x7FFFFFFF);
 }
-XL_HD uint32_t xl_best_value(uint32_t v, int32_t at, bool greatest) {
-    return at >= 0 ? v : (greatest ? 0u : 0xFFFFFFFFu);
+XL_HD uint32_t xl_best_value(uint32_t v, int64_t at, bool greatest) {
+    return at != XL_NO_INDEX ? v : (greatest ? 0u : 0xFFFFFFFFu);
 }
 
 #if XL_ON_GPU
