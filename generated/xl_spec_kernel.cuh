@@ -395,24 +395,22 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
     XlErr err = {0, 0, 0};
     [[maybe_unused]] int32_t pos = xl_add(r.prompt_len, r.n_out);
     {
-        const int32_t xl_v = xl_b_target_token(err, 1, 12, r.seed, pos, r.last_token, p.vocab);
-        const int32_t xl_i = 0;
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = xl_add(r.draft_len, 1);
+        xl_lanes(err, 1, xl_lo, xl_hi, [&](int32_t j, XlErr& err) {
+            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 14, xl_sub(j, 1), 128)]);
+            if (err.code) return;
+            {
+                const int32_t xl_v = xl_b_target_token(err, 1, 15, r.seed, xl_add(pos, j), prev, p.vocab);
+                const int32_t xl_i = xl_idx(err, 2, 15, j, 129);
+                if (err.code) return;
+                XL_LANE_STORE(r.target_tokens[xl_i], xl_v);
+            }
+        });
         if (err.code) return err;
-        XL_WARP_STORE(r.target_tokens[xl_i], xl_v);
-    }
-    for (int32_t j = 1; j < 129; ++j) {
-        if (j > r.draft_len) {
-            break;
-        }
-        {
-            const int32_t xl_v = xl_b_target_token(err, 2, 17, r.seed, xl_add(pos, j), r.draft_tokens[xl_idx(err, 1, 17, xl_sub(j, 1), 128)], p.vocab);
-            const int32_t xl_i = j;
-            if (err.code) return err;
-            XL_WARP_STORE(r.target_tokens[xl_i], xl_v);
-        }
     }
     {
-        const int32_t xl_v = xl_b_verify_prefix(err, 1, 19, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
+        const int32_t xl_v = xl_b_verify_prefix(err, 1, 17, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
         if (err.code) return err;
         XL_WARP_STORE(r.accepted_prefix_len, xl_v);
     }

@@ -7,6 +7,7 @@ xlgen.runtime.sim.run(module, ...) or `xlgen sim`.
 
 from xlgen.runtime.ops import *  # noqa: F401,F403 - exact i32/u32/f32 operations
 from xlgen.runtime.builtins import b_draft_token, b_hash_u32, b_target_token, b_verify_prefix  # noqa: F401
+from xlgen.runtime.vec import *  # noqa: F401,F403 - lanes loops and reductions (numpy)
 
 PIPELINE = 'xl_spec'
 SOURCE = 'stages/xl_spec.xl'
@@ -277,15 +278,34 @@ def guard_spec_verify(r, sh, p):
 
 def stage_spec_verify(r, sh, p):
     pos = wrap_i32(r.prompt_len + r.n_out)
-    r.target_tokens[0] = b_target_token(r.seed, pos, r.last_token, p.vocab)  # @xl:12
-    for j in range(1, 129):
-        if (j > r.draft_len):
-            break
-        r.target_tokens[j] = b_target_token(r.seed, wrap_i32(pos + j), r.draft_tokens[check_index(wrap_i32(j - 1), 128)], p.vocab)  # @xl:17
-    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:19
-    xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:20
-    r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:21
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:22
+    xl_lo, xl_hi = 0, wrap_i32(r.draft_len + 1)  # @xl:13
+    if use_scalar(xl_hi - xl_lo):
+        xl_first = None
+        for j in range(xl_lo, xl_hi):
+            try:
+                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:14
+                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:15
+            except XlRuntimeError as xl_e:
+                xl_first = xl_first or xl_e
+        if xl_first is not None:
+            raise xl_first
+    else:
+        xl_L = Lanes(xl_lo, xl_hi)
+        xl_a_draft_tokens = np.array(r.draft_tokens, dtype=I32)
+        xl_a_target_tokens = np.array(r.target_tokens, dtype=I32)
+        with np.errstate(all='ignore'):
+            j = xl_L.index
+            prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 14)])
+            xl_L.end()
+            xl_v = vb_target_token(xl_L, 15, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
+            v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 15), xl_v)
+            xl_L.end()
+        r.target_tokens[:] = xl_a_target_tokens.tolist()
+        xl_L.raise_first()  # @xl:13
+    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:17
+    xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:18
+    r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:19
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
     r.state = ReqState.COMMIT_READY
 
 

@@ -60,6 +60,15 @@ def compiled():
     return load_text(PROGRAM, name="lanes_test.xl")
 
 
+@pytest.fixture(autouse=True, params=["python-loop", "numpy"])
+def simulator_path(request, monkeypatch):
+    """The simulator runs short ranges as a Python loop and long ones as numpy arrays
+    (runtime/vec.py use_scalar): every test here runs both ways."""
+    from xlgen.runtime import vec
+
+    monkeypatch.setattr(vec, "SCALAR_MAX", 1 << 30 if request.param == "python-loop" else -1)
+
+
 def _launch(seed: int):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((3, 40)) * rng.choice([1e-3, 1.0, 1e4], (3, 40))).astype(np.float32)

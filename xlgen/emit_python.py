@@ -144,13 +144,34 @@ class PyEmitter:
     def stmt_For(self, s: ir.For, depth):
         return [f"{'    ' * depth}for {names.py(s.var)} in range({s.start}, {s.stop}):", *self.block(s.body, depth + 1)]
 
+    def _lane_statement(self, s, depth, scalar: list[str], vector: list[str]) -> list[str]:
+        """A lanes loop or reduction: its bounds once, then a Python loop over a short range
+        or numpy arrays over a long one (runtime/vec.py use_scalar); both give §13.2's result."""
+        pad = "    " * depth
+        mark = f"  {LINE_MARK}{s.loc.line}"
+        bounds = f"{pad}xl_lo, xl_hi = {self.expr(s.start)}, {self.expr(s.stop)}{mark}"
+        return [bounds, f"{pad}if use_scalar(xl_hi - xl_lo):", *scalar, f"{pad}else:",
+                *["    " * (depth + 1) + line for line in vector]]
+
     def stmt_Lanes(self, s: ir.Lanes, depth):
-        lines = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
-        return ["    " * depth + line for line in lines]
+        pad = "    " * (depth + 1)
+        # every iteration runs; the lowest failing one's error is raised after the loop
+        scalar = [f"{pad}xl_first = None", f"{pad}for {names.py(s.var)} in range(xl_lo, xl_hi):",
+                  f"{pad}    try:", *self.block(s.body, depth + 3), f"{pad}    except XlRuntimeError as xl_e:",
+                  f"{pad}        xl_first = xl_first or xl_e", f"{pad}if xl_first is not None:",
+                  f"{pad}    raise xl_first"]
+        vector = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
+        return self._lane_statement(s, depth, scalar, vector)
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
-        lines = VecEmitter(self, {s.var}).reduce(s, f"  {LINE_MARK}{s.loc.line}")
-        return ["    " * depth + line for line in lines]
+        pad = "    " * (depth + 1)
+        mark = f"  {LINE_MARK}{s.loc.line}"
+        dtype = {"f32": "F32", "i32": "I32", "u32": "U32"}[str(s.value.type)]
+        # in index order: the first element that fails is the lowest one
+        scalar = [f"{pad}xl_vals = [{self.expr(s.value)} for {names.py(s.var)} in range(xl_lo, xl_hi)]{mark}",
+                  f"{pad}{names.py(s.name)} = reduce_list(xl_vals, xl_lo, {dtype}, {s.op!r})"]
+        vector = VecEmitter(self, {s.var}).reduce(s, mark)
+        return self._lane_statement(s, depth, scalar, vector)
 
     def stmt_Break(self, s, depth):
         return ["    " * depth + "break"]

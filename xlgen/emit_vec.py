@@ -188,8 +188,7 @@ class VecEmitter:
     def _open(self, start: ir.Expr, stop: ir.Expr, loc, var: str, body: list[str], mark: str) -> list[str]:
         """Bounds (uniform: they may raise like any scalar expression), working copies of the
         arrays the code touches, then the code under np.errstate (wrap-around is meant)."""
-        bounds = f"xl_L = Lanes({self.scalar.expr(start)}, {self.scalar.expr(stop)}){mark}"
-        lines = [bounds]
+        lines = ["xl_L = Lanes(xl_lo, xl_hi)"]  # the bounds, evaluated once before (emit_python.py)
         for name, base in self.arrays.items():
             elem = base.type.elem
             lines.append(f"xl_a_{names.py(name)} = np.array({self.scalar.expr_Var(base)}, dtype={dtype_of(elem)})")

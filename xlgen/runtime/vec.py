@@ -18,6 +18,13 @@ from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRu
 
 F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_
 REDUCE_LANES = 32
+# Ranges up to this long run as a Python loop over the iterations (numpy's per-call cost
+# dominates there); longer ones as numpy arrays. Both compute §13.2's result.
+SCALAR_MAX = 32
+
+
+def use_scalar(n: int) -> bool:
+    return n <= SCALAR_MAX
 _BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]
 
 
@@ -261,15 +268,31 @@ def _elements(L: Lanes, values, dtype) -> np.ndarray:
 
 
 def reduce_sum(L: Lanes, values, dtype):
+    return sum_values(_elements(L, values, dtype), dtype)
+
+
+def reduce_best(L: Lanes, values, dtype, op: str):
+    return best_values(_elements(L, values, dtype), L.index, dtype, op)
+
+
+def reduce_list(values: list, start: int, dtype, op: str):
+    """A reduction whose elements the scalar path computed (in order, so its first error
+    was the lowest index's)."""
+    v = np.array(values, dtype=dtype) if values else np.zeros(0, dtype=dtype)
+    if op == "sum":
+        return sum_values(v, dtype)
+    return best_values(v, np.arange(start, start + len(v), dtype=np.int64), dtype, op)
+
+
+def sum_values(v: np.ndarray, dtype):
     """lane l adds elements l, l + 32, ... in order; then lane l adds lane l ^ k's partial
     for k = 16, 8, 4, 2, 1 (xl_reduce_sum)."""
-    v = _elements(L, values, dtype)
     if dtype is not np.float32:  # integer sums wrap: every order gives the same result
         total = int(v.astype(np.int64).sum())
         return wrap_i32(total) if dtype is np.int32 else total & 0xFFFFFFFF
-    rows = max(1, -(-L.n // REDUCE_LANES))
+    rows = max(1, -(-len(v) // REDUCE_LANES))
     table = np.full(rows * REDUCE_LANES, -0.0, dtype=np.float32)  # x + -0.0 == x for every x
-    table[: L.n] = v
+    table[: len(v)] = v
     with np.errstate(all="ignore"):
         acc = np.add.accumulate(table.reshape(rows, REDUCE_LANES), axis=0)[-1]  # in order, row by row
     with np.errstate(all="ignore"):  # inf + -inf is NaN here as on the GPU
@@ -288,11 +311,10 @@ def _order_keys(v: np.ndarray) -> np.ndarray:
     return v.astype(np.int64)
 
 
-def reduce_best(L: Lanes, values, dtype, op: str):
+def best_values(v: np.ndarray, index: np.ndarray, dtype, op: str):
     """max/min/argmax/argmin: the greatest (least) key, ties to the lowest index."""
-    v = _elements(L, values, dtype)
     greatest = op in ("max", "argmax")
-    if L.n == 0:
+    if len(v) == 0:
         if op in ("argmax", "argmin"):
             return -1
         if dtype is np.float32:
@@ -302,6 +324,6 @@ def reduce_best(L: Lanes, values, dtype, op: str):
     keys = _order_keys(v)
     k = int(np.argmax(keys) if greatest else np.argmin(keys))  # the first of equal keys
     if op in ("argmax", "argmin"):
-        return int(L.index[k])
+        return int(index[k])
     best = v[k].item()
     return float("nan") if best != best else best
