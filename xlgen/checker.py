@@ -845,7 +845,7 @@ class Checker:
         if not ok:
             self.error(r.loc, f"unknown reduction '{r.op}'{did_you_mean(r.op, list(REDUCE_TYPES))}; "
                               f"reductions are {', '.join(ir.REDUCE_OPS)}")
-        elif not self._lane_place(ctx, r.loc, f"a reduction ('{r.op}')"):
+        elif not self._lane_place(ctx, r.loc, f"a reduction ('{r.op}')", inside_lanes=True):
             ok = False
         start, stop, scope = self._range(r.var, r.start, r.stop, r.loc, ctx)
         ctx.scopes.append(scope)
@@ -866,16 +866,19 @@ class Checker:
         ctx.scopes[-1][s.name] = Local(t, s.loc)
         return ir.Reduce(s.name, r.op, r.var, start, stop, value, t, s.loc)
 
-    def _lane_place(self, ctx: Context, loc: Loc, what: str) -> bool:
+    def _lane_place(self, ctx: Context, loc: Loc, what: str, inside_lanes: bool = False) -> bool:
         """Lane-parallel code runs on the request's warp: only in per-request stages, and not
-        inside other lane-parallel code."""
+        inside other lane-parallel code (except a reduction in a lanes loop's iteration:
+        the warp then runs the iterations one after another, its lanes sharing each
+        reduction)."""
         if ctx.kind != "stage":
             where = {"fn": "a function", "arbiter": "an arbiter", "collective": "a collective stage"}.get(
                 ctx.kind, "this place")
             self.error(loc, f"{what} runs on the request's warp: it is allowed in per-request stages, not in {where}")
             return False
-        if ctx.lane_parallel:
-            self.error(loc, f"{what} cannot be nested inside a lanes loop or a reduction")
+        if ctx.reduction is not None or (ctx.lanes is not None and not inside_lanes):
+            inner = "a reduction" if ctx.reduction is not None else "a lanes loop"
+            self.error(loc, f"{what} cannot be nested inside {inner}")
             return False
         return True
 

@@ -281,8 +281,18 @@ class CppEmitter:
         pad = IND * depth
         outer_bail = self.bail
         lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
-        body = self._lane_body(lambda: self.block(s.body, depth + 2))
-        lines.append(f"{pad}{IND}xl_lanes(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
+        if s.by_warp:  # the whole warp runs each iteration: stores as in ordinary stage code
+            saved = (self.bail, self.warp_stores)
+            self.bail = "return;"
+            try:
+                body = self.block(s.body, depth + 2)
+            finally:
+                self.bail, self.warp_stores = saved
+            runner = "xl_lanes_by_warp"
+        else:
+            body = self._lane_body(lambda: self.block(s.body, depth + 2))
+            runner = "xl_lanes"
+        lines.append(f"{pad}{IND}{runner}(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
         lines += body
         lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
         return lines

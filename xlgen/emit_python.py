@@ -160,6 +160,11 @@ class PyEmitter:
                   f"{pad}    try:", *self.block(s.body, depth + 3), f"{pad}    except XlRuntimeError as xl_e:",
                   f"{pad}        xl_first = xl_first or xl_e", f"{pad}if xl_first is not None:",
                   f"{pad}    raise xl_first"]
+        if s.by_warp:  # iterations holding reductions: a Python loop (each reduction vectorised)
+            mark = f"  {LINE_MARK}{s.loc.line}"
+            pad = "    " * depth
+            return [f"{pad}xl_lo, xl_hi = {self.expr(s.start)}, {self.expr(s.stop)}{mark}",
+                    f"{pad}if True:", *scalar]
         vector = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
         return self._lane_statement(s, depth, scalar, vector)
 

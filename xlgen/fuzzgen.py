@@ -672,7 +672,9 @@ class Generator:
     def stmt(self, ctx: Ctx, depth: int, ind: int) -> list[str]:
         pad = "    " * ind
         d = self.rng.randrange(1, 4)
-        if ctx.kind == "stage" and not ctx.lane_parallel and depth > 0 and self.chance(0.12):
+        if ctx.kind == "stage" and not ctx.reduction and depth > 0 and self.chance(0.12):
+            if ctx.lanes is not None:  # a reduction in an iteration: the warp runs such iterations in turn
+                return self.reduction(ctx, ind)
             return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction(ctx, ind)
         r = self.rng.random()
         if depth <= 0:

@@ -260,6 +260,22 @@ class Lanes(Stmt):
     body: tuple[Stmt, ...]
     loc: Loc = field(default=NOWHERE, compare=False)
 
+    @property
+    def by_warp(self) -> bool:
+        """Does an iteration hold a reduction? Then each iteration needs a whole warp: the
+        warp runs them one after another (its lanes share each reduction)."""
+        stack = list(self.body)
+        while stack:
+            s = stack.pop()
+            if isinstance(s, Reduce):
+                return True
+            if isinstance(s, If):
+                stack.extend(x for _, body in s.arms for x in body)
+                stack.extend(s.otherwise)
+            elif isinstance(s, For):
+                stack.extend(s.body)
+        return False
+
 
 # Reductions over an index range (docs/semantics.md §13.2): `let name = op(var in start..stop: value)`.
 # sum: lane l of 32 adds the elements l, l + 32, ... in order, then a fixed butterfly;

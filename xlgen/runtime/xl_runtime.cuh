@@ -571,6 +571,19 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
     xl_lane_err_finish(err, key, first);
 }
 
+// A lanes loop whose iterations hold reductions: the warp runs the iterations one after
+// another, all lanes together (each reduction needs them all).
+template <typename Body>
+XL_DEVICE void xl_lanes_by_warp(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
+    XlLaneErr first = {XL_NO_INDEX, 0, 0};
+    for (int64_t i = lo; i < (int64_t)hi; ++i) {
+        XlErr e = {0, 0, 0};
+        body((int32_t)i, e);
+        xl_lane_err_note(first, i, e);
+    }
+    if (first.code) xl_err_set(err, key, first.code, first.line);  // the same on every lane
+}
+
 template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
 template <> XL_HD float xl_sum_add<float>(float a, float b) { return xl_fadd(a, b); }
 template <typename T> XL_HD T xl_sum_identity() { return T(0); }
