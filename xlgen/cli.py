@@ -694,11 +694,52 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, sim_
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(reference) else EXIT_OK)
 
 
+_GPUS = [
+    click.option("--gpus", type=AsciiInt(1, 4096), default=None, metavar="N",
+                 help="Shard the requests over N GPUs through Ray (round-robin by request id; a mega-kernel and a "
+                      "KV pool per GPU; pip install 'xlgen[sweep]')."),
+    click.option("--address", default=None, metavar="ADDRESS",
+                 help="With --gpus: join the Ray cluster at ADDRESS instead of starting a local Ray."),
+]
+
+
+def _GPUS_OPTIONS(fn):
+    for option in reversed(_GPUS):
+        fn = option(fn)
+    return fn
+
+
+def _sharded(work, compiled, file, gpus: int, backend: str, address):
+    """Start the shard workers (one Ray actor per GPU), do `work(pool)`, and stop them; a missing
+    Ray or too few GPUs is a usage error, a shard's hang exit code 3."""
+    from . import sweep as engine
+
+    try:
+        engine.require_ray()
+    except engine.RayMissing:
+        raise click.UsageError("--gpus runs a worker per GPU on Ray, which is not installed: "
+                               "pip install 'xlgen[sweep]' (or pip install ray)") from None
+    from .multigpu import ShardError, ShardPool
+
+    try:
+        pool = ShardPool(compiled, Path(file).resolve(), gpus, backend, address)
+    except ShardError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        return work(pool)
+    except ShardError as exc:
+        click.echo(f"xlgen: error: {exc}", err=True)
+        sys.exit(EXIT_HANG if exc.hang else EXIT_REQUESTS_FAILED)
+    finally:
+        pool.close()
+
+
 @main.command(name="run", epilog="""\b
 Examples:
   xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
   xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
   xlgen run stages/xl_spec.xl -w kv_pressure --kv-report --kv-plot kv.png
+  xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -706,19 +747,33 @@ Examples:
 @click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
 @_kv_options
+@_GPUS_OPTIONS
 @_friendly
-def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot):
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot, gpus=None,
+            address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
     --kv-report and --kv-plot need deterministic mode: in fast mode a trace
     record carries its request's own iteration, not a round of the whole batch.
-    Exit codes: 0 every request finished without error, 2 usage, 3 hang, 4 a request
-    failed (docs/workloads.md, "Exit codes").
+    --gpus N shards the requests over N GPUs (round-robin by request id; a
+    mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
+    total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
+    3 hang, 4 a request failed (docs/workloads.md, "Exit codes").
     """
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
+    if gpus is not None and (kv_report or kv_plot is not None):
+        raise click.UsageError("--kv-report and --kv-plot report one KV pool; with --gpus each GPU has its own")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        run = _sharded(lambda pool: pool.run(workload, timeout=timeout), compiled, file, gpus,
+                       "gpu" if mode == "deterministic" else "gpu-fast", address)
+        click.echo(_summary(compiled, run.result))
+        click.echo(run.table())
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
     _check_kv_options(compiled, module, workload, kv_report, kv_plot)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]
@@ -764,6 +819,7 @@ Examples:
   xlgen bench stages/xl_spec.xl -w mixed
   xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
   xlgen bench stages/xl_spec.xl -w kv_pressure          # with the KV cache's metrics
+  xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -771,21 +827,43 @@ Examples:
               help="Timed runs per variant (after a warm-up), 1..10000.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
+@_GPUS_OPTIONS
 @_friendly
-def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path):
+def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path, gpus=None,
+          address=None):
     """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
 
     The report includes the batch's slot utilisation (busy request-rounds over
-    max_active x rounds) and the requests that failed. Exit codes: 0 all variants
-    agree and every request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a
-    request failed (docs/workloads.md, "Exit codes").
+    max_active x rounds) and the requests that failed. With --gpus N: the
+    deterministic mega-kernel on one GPU against the requests sharded over N GPUs
+    (per-GPU and total tokens/s; committed tokens checked equal to the 1-GPU run's
+    and to plain greedy decoding's). Exit codes: 0 all variants agree and every
+    request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a request failed
+    (docs/workloads.md, "Exit codes").
     """
     from .bench import run_bench, save
     from .runtime import gpu
 
     _check_output_path(json_path, "--json")
     _check_output_path(md_path, "--markdown")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        from .multigpu import bench_sharded
+
+        report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
+                          address)
+        click.echo(report.table())
+        if json_path:
+            import json
+
+            json_path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        if md_path:
+            md_path.write_text(report.markdown() + "\n")
+        if not report.identical:
+            sys.exit(EXIT_MISMATCH)
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
     if not gpu.available():
         raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
     try:
