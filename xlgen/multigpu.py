@@ -390,14 +390,14 @@ class ShardedBench:
 
     def table(self) -> str:
         one, many = self.single, self.sharded
-        lines = [f"{self.workload}: {self.requests} requests, batch capacity {self.max_active} per GPU, "
+        lines = [f"{self.workload}: {self.requests} requests, batch capacity {self.max_active} per {self.unit}, "
                  f"{self.backend}, median of {len(many)} runs after a warm-up",
                  f"{'run':<10} {'wall ms':>10} {'tokens/s':>13} {'end-to-end ms':>14}"]
         for label, rs in ((f"1 {self.unit}", one), (f"{self.gpus} {self.unit}s", many)):
             lines.append(f"{label:<10} {self._median(rs, 'wall_ms'):>10.3f} {self._median(rs, 'tokens_per_s'):>13,.0f} "
                          f"{self._median(rs, 'e2e_ms'):>14.1f}")
-        lines.append(f"speedup: {self.speedup():.2f}x tokens/s (slowest GPU's wall), {self.e2e_speedup():.2f}x end to "
-                     "end through Ray")
+        lines.append(f"speedup: {self.speedup():.2f}x tokens/s (by the slowest {self.unit}'s wall), "
+                     f"{self.e2e_speedup():.2f}x end to end through Ray")
         last = many[-1]
         lines.append(f"per {self.unit} (last run):")
         lines.extend("  " + ln for ln in last.table().splitlines())

@@ -671,7 +671,7 @@ def write_plots(spec: Spec, store: ResultStore) -> list[Path]:
             xs = sorted(points, key=_sort_key)
             pos = xs if numeric else [xs_all.index(x) for x in xs]
             ax.plot(pos, [statistics.fmean(points[x]) for x in xs], "o-",
-                    label=", ".join(f"{c}={v}" for c, v in label) or plot.y)
+                    label=", ".join(f"{c}={'default' if v is None else v}" for c, v in label) or plot.y)
         if not numeric:
             ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
         ax.set_xlabel(plot.x)
