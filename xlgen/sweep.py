@@ -235,6 +235,7 @@ def load_spec(path: str | Path) -> Spec:
                                             module)
         except WorkloadError as exc:
             errors.append(f"workload {exc}")
+    plots = _plots(data.get("plot", []), columns, metrics, errors)
     if errors:
         raise SpecError(f"{path}: {len(errors)} problem{'s' if len(errors) > 1 else ''}:\n"
                         + "\n".join(f"  {e}" for e in errors))
@@ -248,10 +249,6 @@ def load_spec(path: str | Path) -> Spec:
             continue
         seen[token] = True
         points.append(Point(len(points), axes))
-    plots = _plots(data.get("plot", []), columns, metrics, errors)
-    if errors:
-        raise SpecError(f"{path}: {len(errors)} problem{'s' if len(errors) > 1 else ''}:\n"
-                        + "\n".join(f"  {e}" for e in errors))
     spec = Spec(path, str(data.get("name") or path.stem), pipeline_path, columns, points, repeats or 1, timeout,
                 metrics, plots, workloads, compiled)
     for point in points:
