@@ -448,8 +448,11 @@ def _measure(task: dict) -> dict:
             raise ValueError(f"count = {n}: the workload has no requests to repeat")
         inputs = [dict(inputs[i % len(inputs)]) for i in range(n)]
     config = LaunchConfig(axes.get("max_active", w["max_active"]), axes.get("max_rounds", w["max_rounds"]))
+    from .workload import check_value, param_types
+
     params = dict(w["params"])
-    params.update({k: v for k, v in axes.items() if k not in RESERVED_AXES})
+    types = param_types(module)
+    params.update({k: check_value(v, types[k]) for k, v in axes.items() if k not in RESERVED_AXES})  # stored form
     workload = Workload(w["name"], inputs, params, config)
     walls, result = [], None
     for _ in range(task["repeats"]):
