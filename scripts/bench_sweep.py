@@ -9,6 +9,11 @@ size), acceptance rate, policy (ASBS vs fixed B), the paged KV cache (off, an
 ample pool, a pool too small); plus the ballot verify's cost against the
 acceptance rate, and PyTorch's verify step. XLGEN_SWEEP=quick runs the target
 point and the KV points only.
+
+This script compares the mega-kernel with its baselines, point after point on one
+GPU. For a study over many points (policies x workloads x backends), use
+`xlgen sweep SPEC` (docs/sweep.md): the points run as Ray tasks, one per CPU slot
+or GPU at once, resumable, into one table with plots (e.g. docs/sweep_gpu.toml).
 """
 
 from __future__ import annotations

@@ -714,11 +714,52 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, sim_
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(reference) else EXIT_OK)
 
 
+_GPUS = [
+    click.option("--gpus", type=AsciiInt(1, 4096), default=None, metavar="N",
+                 help="Shard the requests over N GPUs through Ray (round-robin by request id; a mega-kernel and a "
+                      "KV pool per GPU; pip install 'xlgen[sweep]')."),
+    click.option("--address", default=None, metavar="ADDRESS",
+                 help="With --gpus: join the Ray cluster at ADDRESS instead of starting a local Ray."),
+]
+
+
+def _GPUS_OPTIONS(fn):
+    for option in reversed(_GPUS):
+        fn = option(fn)
+    return fn
+
+
+def _sharded(work, compiled, file, gpus: int, backend: str, address):
+    """Start the shard workers (one Ray actor per GPU), do `work(pool)`, and stop them; a missing
+    Ray or too few GPUs is a usage error, a shard's hang exit code 3."""
+    from . import sweep as engine
+
+    try:
+        engine.require_ray()
+    except engine.RayMissing:
+        raise click.UsageError("--gpus runs a worker per GPU on Ray, which is not installed: "
+                               "pip install 'xlgen[sweep]' (or pip install ray)") from None
+    from .multigpu import ShardError, ShardPool
+
+    try:
+        pool = ShardPool(compiled, Path(file).resolve(), gpus, backend, address)
+    except ShardError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        return work(pool)
+    except ShardError as exc:
+        click.echo(f"xlgen: error: {exc}", err=True)
+        sys.exit(EXIT_HANG if exc.hang else EXIT_REQUESTS_FAILED)
+    finally:
+        pool.close()
+
+
 @main.command(name="run", epilog="""\b
 Examples:
   xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
   xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
   xlgen run stages/xl_spec.xl -w kv_pressure --kv-report --kv-plot kv.png
+  xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -726,19 +767,33 @@ Examples:
 @click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
 @_kv_options
+@_GPUS_OPTIONS
 @_friendly
-def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot):
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot, gpus=None,
+            address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
     --kv-report and --kv-plot need deterministic mode: in fast mode a trace
     record carries its request's own iteration, not a round of the whole batch.
-    Exit codes: 0 every request finished without error, 2 usage, 3 hang, 4 a request
-    failed (docs/workloads.md, "Exit codes").
+    --gpus N shards the requests over N GPUs (round-robin by request id; a
+    mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
+    total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
+    3 hang, 4 a request failed (docs/workloads.md, "Exit codes").
     """
     if mode == "fast" and (kv_report or kv_plot is not None):
         raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
                                "no batch-wide rounds)")
+    if gpus is not None and (kv_report or kv_plot is not None):
+        raise click.UsageError("--kv-report and --kv-plot report one KV pool; with --gpus each GPU has its own")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        run = _sharded(lambda pool: pool.run(workload, timeout=timeout), compiled, file, gpus,
+                       "gpu" if mode == "deterministic" else "gpu-fast", address)
+        click.echo(_summary(compiled, run.result))
+        click.echo(run.table())
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
     _check_kv_options(compiled, module, workload, kv_report, kv_plot)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]
@@ -784,6 +839,7 @@ Examples:
   xlgen bench stages/xl_spec.xl -w mixed
   xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
   xlgen bench stages/xl_spec.xl -w kv_pressure          # with the KV cache's metrics
+  xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
@@ -791,21 +847,43 @@ Examples:
               help="Timed runs per variant (after a warm-up), 1..10000.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
+@_GPUS_OPTIONS
 @_friendly
-def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path):
+def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path, gpus=None,
+          address=None):
     """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
 
     The report includes the batch's slot utilisation (busy request-rounds over
-    max_active x rounds) and the requests that failed. Exit codes: 0 all variants
-    agree and every request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a
-    request failed (docs/workloads.md, "Exit codes").
+    max_active x rounds) and the requests that failed. With --gpus N: the
+    deterministic mega-kernel on one GPU against the requests sharded over N GPUs
+    (per-GPU and total tokens/s; committed tokens checked equal to the 1-GPU run's
+    and to plain greedy decoding's). Exit codes: 0 all variants agree and every
+    request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a request failed
+    (docs/workloads.md, "Exit codes").
     """
     from .bench import run_bench, save
     from .runtime import gpu
 
     _check_output_path(json_path, "--json")
     _check_output_path(md_path, "--markdown")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        from .multigpu import bench_sharded
+
+        report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
+                          address)
+        click.echo(report.table())
+        if json_path:
+            import json
+
+            json_path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        if md_path:
+            md_path.write_text(report.markdown() + "\n")
+        if not report.identical:
+            sys.exit(EXIT_MISMATCH)
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
     if not gpu.available():
         raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
     try:
@@ -821,6 +899,102 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
     if not all(v.identical for v in report.variants):
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen sweep docs/sweep_example.toml                  # a local Ray on this machine's cores
+  xlgen sweep docs/sweep_example.toml -o results/      # the same command again resumes
+  xlgen sweep study.toml --address auto                # join a running Ray cluster
+  xlgen sweep study.toml --dry-run                     # list the points, run nothing
+  xlgen sweep study.toml --serial                      # one after another, in this process, no Ray
+""")
+@click.argument("spec_path", metavar="SPEC", type=_path())
+@click.option("-o", "--out", "out_dir", type=_path(), default=None,
+              help="Results directory (default: sweep-NAME). Points with a result there are not run again.")
+@click.option("--address", default=None, metavar="ADDRESS",
+              help="Join the Ray cluster at ADDRESS (auto, host:6379, ray://host:10001); default: start a "
+                   "local Ray. Workers need xlgen and the pipeline's files at the same paths.")
+@click.option("--cpus", type=AsciiInt(1, 1 << 16), default=None,
+              help="CPU slots of a local Ray: simulator and CPU-build points run this many at once "
+                   "(default: the machine's cores).")
+@click.option("--serial", is_flag=True, help="Run the points one after another in this process, without Ray.")
+@click.option("--retry-failed", is_flag=True, help="Run again the points recorded as failed.")
+@click.option("--dry-run", is_flag=True, help="List the points and which are finished; run nothing.")
+@_friendly
+def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
+    """Run a policy sweep described in SPEC (TOML; docs/sweep.md) as Ray tasks.
+
+    Every combination of the spec's grid (launch parameters, workloads, backends,
+    max_active, ...) is a point; simulator and CPU-build points take a CPU slot
+    each, GPU points one GPU each. Results stream into OUT/results.csv and
+    results.md (results.parquet with pyarrow), with the plots the spec asks for.
+    A failed point is reported with its parameters and the sweep goes on. Exit
+    codes: 0 every point ok, 2 a spec error or no Ray, 4 a point failed, 130
+    interrupted (run the same command again to resume).
+    """
+    from . import sweep as engine
+
+    if address and serial:
+        raise click.UsageError("--serial runs in this process; it does not take --address")
+    if not serial and not dry_run:
+        try:
+            engine.require_ray()
+        except engine.RayMissing as exc:
+            click.echo(f"xlgen: error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+    try:
+        spec = engine.load_spec(spec_path)
+    except engine.SpecError as exc:
+        click.echo(f"xlgen: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    out_dir = out_dir or engine.default_out_dir(spec)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.UsageError(f"--out {out_dir}: is a file; give a directory")
+    if dry_run:
+        store = engine.ResultStore(out_dir) if (out_dir / engine.RESULTS_FILE).exists() else None
+        for p in spec.points:
+            state = store.rows[p.key]["status"] if store and p.key in store.rows else "to run"
+            click.echo(f"{p.index:>5} {state:>7}  {engine.describe_point(p, spec.columns)}")
+        click.echo(f"{len(spec.points)} points")
+        return
+    bar = [None]
+    counter = [0]
+
+    def start(outcome, todo):
+        where = "in this process" if serial else (f"on Ray at {address}" if address else "on a local Ray")
+        click.echo(f"{spec.name}: {outcome.total} points, {outcome.skipped} finished earlier, {len(todo)} to run "
+                   f"{where}; results in {_shown(out_dir)}/", err=True)
+        bar[0] = progress_bar(len(todo), "sweeping")
+        bar[0].__enter__()
+
+    def arrived(row, point):
+        counter[0] += 1
+        bar[0].update(1)
+        what = engine.describe_point(point, spec.columns)
+        if row["status"] != "ok":
+            click.echo(f"{chr(10) if sys.stderr.isatty() else ''}point {point.index} failed ({what}): {row['error']}",
+                       err=True)
+        elif not sys.stderr.isatty():
+            click.echo(f"[{counter[0]}] point {point.index} ok ({what}) {row.get('seconds', 0):.2f}s", err=True)
+
+    try:
+        outcome = engine.run_sweep(spec, out_dir, address=address, cpus=cpus, serial=serial,
+                                   retry_failed=retry_failed, on_result=arrived, on_start=start)
+    finally:
+        if bar[0] is not None:
+            bar[0].__exit__(None, None, None)
+    missing = outcome.total - outcome.ok - outcome.failed
+    click.echo(f"{outcome.ran} points run in {outcome.seconds:.1f} s, {outcome.skipped} finished earlier; of "
+               f"{outcome.total}: {outcome.ok} ok, {outcome.failed} failed"
+               + (f", {missing} without a result (run the same command again)" if missing else ""))
+    for path in outcome.files:
+        click.echo(f"wrote {_shown(path)}")
+    if outcome.interrupted:
+        click.echo("interrupted: run the same command again to finish the sweep (finished points are kept)",
+                   err=True)
+        sys.exit(130)
+    sys.exit(EXIT_REQUESTS_FAILED if outcome.failed or missing else EXIT_OK)
 
 
 @main.command(epilog="""\b
