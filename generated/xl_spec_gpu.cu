@@ -159,19 +159,36 @@ __device__ __forceinline__ bool xl_grid_sync(XlControl* ctl, const volatile int3
 #ifndef XL_COPY_BATCH
 #define XL_COPY_BATCH 16
 #endif
-__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int lane) {
-    for (int base = lane; base < XL_REQUEST_WORDS; base += 32 * XL_COPY_BATCH) {
+// `rank`: the thread's place in the request's team (a warp's lane, or with teams of
+// several warps the thread's index in the block).
+__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank) {
+    constexpr int stride = XL_TEAM_THREADS;
+    for (int base = rank; base < XL_REQUEST_WORDS; base += stride * XL_COPY_BATCH) {
         uint32_t v[XL_COPY_BATCH];
 #pragma unroll
         for (int b = 0; b < XL_COPY_BATCH; ++b) {
-            if (base + 32 * b < XL_REQUEST_WORDS) v[b] = src[base + 32 * b];
+            if (base + stride * b < XL_REQUEST_WORDS) v[b] = src[base + stride * b];
         }
 #pragma unroll
         for (int b = 0; b < XL_COPY_BATCH; ++b) {
-            if (base + 32 * b < XL_REQUEST_WORDS) dst[base + 32 * b] = v[b];
+            if (base + stride * b < XL_REQUEST_WORDS) dst[base + stride * b] = v[b];
         }
     }
-    __syncwarp();
+    XL_TEAM_SYNC();
+}
+
+// Thread 0's value, to the whole team.
+__device__ __forceinline__ int xl_team_broadcast(int v) {
+#if XL_TEAM_WARPS > 1
+    __shared__ int xl_broadcast;
+    if (threadIdx.x == 0) xl_broadcast = v;
+    __syncthreads();
+    const int out = xl_broadcast;
+    __syncthreads();
+    return out;
+#else
+    return __shfl_sync(0xFFFFFFFFu, v, 0);
+#endif
 }
 
 // The request a warp works on (XL_REQUEST_IN_SHARED). In global memory, its
@@ -196,7 +213,7 @@ __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, u
 
 // Before anyone else may read reqs[id] (an arbiter, block 0, the next round).
 __device__ __forceinline__ void xl_put_request(Request* reqs, int32_t id, const uint32_t* slot, int lane) {
-    __syncwarp();
+    XL_TEAM_SYNC();
 #if XL_REQUEST_IN_SHARED == 1
     xl_copy_words(reinterpret_cast<uint32_t*>(reqs + id), slot, lane);
 #else
@@ -334,9 +351,20 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
     const int warps_per_block = (int)(blockDim.x >> 5);
-    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
-    const int nwarps = (int)gridDim.x * warps_per_block;
+#if XL_TEAM_WARPS > 1  // a team of several warps: the block serves one request at a time
+    (void)lane;
+    (void)warp;
+    (void)warps_per_block;
+    const int rank = (int)threadIdx.x;
+    const int gteam = (int)blockIdx.x;
+    const int nteams = (int)gridDim.x;
+    uint32_t* slot = xl_smem;
+#else
+    const int rank = lane;
+    const int gteam = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
+    const int nteams = (int)gridDim.x * warps_per_block;
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
+#endif
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     // Two lists of active request ids (this round's and the next), max_active each.
@@ -361,25 +389,25 @@ extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const
         // then the retire check; 3 no turn, but the retire check waits for the
         // arbiters (`done when` reads shared state). Without a turn nothing can change
         // the request after its stages, so the warp retires it itself when it can.
-        for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        for (int32_t i = gteam; i < n_active; i += nteams) {
             const int32_t id = active[i];
-            // Only this warp writes request `id` this round; if it also ran it last round and
+            // Only this team writes request `id` this round; if it also ran it last round and
             // no arbiter wrote it since (k != 2), the slot still holds it. Anything new in
             // phase 2 that writes reqs[] must clear XL_KEEP_REQUEST_ON_CHIP (or mark k = 2).
             const bool held = XL_KEEP_REQUEST_ON_CHIP && id == held_id && held_round == round - 1;
-            Request& r = xl_take_request(reqs, id, slot, lane, !held);
-            if (lane == 0) where[gwarp] = XlWhere{id, round, -1, 0};
-            const bool alive = run_request_stages(r, *sh, p, id, round, sink, lane == 0);
-            __syncwarp();
+            Request& r = xl_take_request(reqs, id, slot, rank, !held);
+            if (rank == 0) where[gteam] = XlWhere{id, round, -1, 0};
+            const bool alive = run_request_stages(r, *sh, p, id, round, sink, rank == 0);
+            XL_TEAM_SYNC();
             int8_t k = 0;
-            if (alive && lane == 0) {
+            if (alive && rank == 0) {
                 if (XL_NUM_PHASE2 > 0 && arbiter_may_run(r, *sh, p, id)) k = 2;
                 else if (XL_NUM_PHASE2 > 0 && XL_DONE_READS_SHARED) k = 3;
                 else k = retire_check(r, *sh, p, id, round, sink) == 0 ? 1 : 0;
             }
-            xl_put_request(reqs, id, slot, lane);
-            if (lane == 0) keep[i] = k;
-            held_id = __shfl_sync(0xFFFFFFFFu, k, 0) == 2 ? -1 : id;
+            xl_put_request(reqs, id, slot, rank);
+            if (rank == 0) keep[i] = k;
+            held_id = xl_team_broadcast(k) == 2 ? -1 : id;
             held_round = round;
         }
         // One grid barrier per round: block 0 waits for every block's arrival, runs

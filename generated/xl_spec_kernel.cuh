@@ -38,8 +38,18 @@ __shared__ void* xl_twin[32];
         }                                                                                            \
         __syncwarp();                                                                                \
     } while (0)
+#define XL_ITER_STORE XL_WARP_STORE
 #elif XL_ON_GPU
+// (With a team of several warps, XL_TEAM_SYNC is the block's barrier and thread 0 stores.)
 #define XL_WARP_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        XL_TEAM_SYNC();                                      \
+        if (XL_TEAM_RANK == 0) lhs = xl_stored;              \
+        XL_TEAM_SYNC();                                      \
+    } while (0)
+// A store in a lanes loop's iteration that holds reductions: the iteration's own warp.
+#define XL_ITER_STORE(lhs, value)                            \
     do {                                                     \
         const auto xl_stored = (value);                      \
         __syncwarp();                                        \
@@ -48,6 +58,10 @@ __shared__ void* xl_twin[32];
     } while (0)
 #else
 #define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
+#define XL_ITER_STORE(lhs, value) do { lhs = (value); } while (0)
+#endif
+#if XL_ON_GPU && XL_TEAM_WARPS > 1 && XL_REQUEST_IN_SHARED == 2
+#error "a team of several warps keeps its request in shared memory copied back (XL_REQUEST_IN_SHARED 1) or in global memory (0)"
 #endif
 // A lanes loop's store: each lane writes its own element (xl_lanes syncs the warp after).
 #if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2

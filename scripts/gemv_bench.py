@@ -109,6 +109,24 @@ def main() -> None:
     print(f"GPU: y equal bit for bit (simulator, mega-kernel, reference). {REQUESTS} requests x {REPS} products:")
     print(f"  mega-kernel {ours:.3f} ms (median of 10, the whole launch: rounds, admission, retire)")
     print(f"  hand-written warp GEMV {theirs:.3f} ms; ratio {ours / theirs:.2f}x")
+
+    # One request, served by a team of 1..32 warps (a block): the rows spread over its warps.
+    one = [inputs[0]]
+    cfg1 = sim.LaunchConfig(max_active=1)
+    y_one = y_sim[0].view(np.uint32).tolist()
+    out["batch1"] = {}
+    print(f"one request, {REPS} products, a team of W warps (rows over warps, each row over a warp's lanes):")
+    for team in (1, 2, 4, 8, 16, 32):
+        gpu.run(compiled, params, one, cfg1, team_warps=team)
+        times = []
+        for _ in range(10):
+            res = gpu.run(compiled, params, one, cfg1, team_warps=team)
+            times.append(res.extra["timing"].kernel_ms)
+        got = np.asarray(res.requests[0]["y"], dtype=np.float32).view(np.uint32).tolist()
+        assert got == y_one, f"team of {team} warps: y differs from the simulator's"
+        ms = float(np.median(times))
+        out["batch1"][team] = ms
+        print(f"  W={team:2d}: {ms:.3f} ms ({ms * 1e3 / REPS:.1f} us per product), y identical")
     _write(out)
 
 

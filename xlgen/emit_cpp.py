@@ -30,6 +30,7 @@ class CppEmitter:
         self.warp_stores = False  # True while emitting a per-request stage
         self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
         self.lane_stores = False  # inside a lanes loop: each lane stores its own elements (XL_LANE_STORE)
+        self.iter_stores = False  # inside a lanes loop whose iterations hold reductions (XL_ITER_STORE)
 
     # ---- expressions -------------------------------------------------------------
 
@@ -222,6 +223,8 @@ class CppEmitter:
             return f"XL_WARP_STORE({lhs}, {value});"
         if target.kind == ir.FIELD and self.lane_stores:
             return f"XL_LANE_STORE({lhs}, {value});"
+        if target.kind == ir.FIELD and self.iter_stores:
+            return f"XL_ITER_STORE({lhs}, {value});"
         return f"{lhs} = {value};"
 
     def stmt_If(self, s: ir.If, depth):
@@ -281,13 +284,13 @@ class CppEmitter:
         pad = IND * depth
         outer_bail = self.bail
         lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
-        if s.by_warp:  # the whole warp runs each iteration: stores as in ordinary stage code
-            saved = (self.bail, self.warp_stores)
-            self.bail = "return;"
+        if s.by_warp:  # a warp runs each iteration: its lane 0 stores (XL_ITER_STORE)
+            saved = (self.bail, self.warp_stores, self.iter_stores)
+            self.bail, self.warp_stores, self.iter_stores = "return;", False, True
             try:
                 body = self.block(s.body, depth + 2)
             finally:
-                self.bail, self.warp_stores = saved
+                self.bail, self.warp_stores, self.iter_stores = saved
             runner = "xl_lanes_by_warp"
         else:
             body = self._lane_body(lambda: self.block(s.body, depth + 2))

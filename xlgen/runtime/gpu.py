@@ -109,12 +109,12 @@ def nvrtc_compile(source: str, name: str, options: tuple[str, ...]) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
-def compile_module(compiled) -> CompiledModule:
+def compile_module(compiled, team_warps: int = 1) -> CompiledModule:
     """Compile NAME_gpu.cu for this device, cached by content hash (in memory and as a cubin)."""
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options()
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps)
     source = single_source(compiled)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
@@ -147,16 +147,31 @@ def request_mode() -> int:
     return REQUEST_IN_SHARED
 
 
-def kernel_options() -> tuple[str, ...]:
+def kernel_options(team_warps: int = 1) -> tuple[str, ...]:
     extra = experiment_options()
     if not any(o.startswith("-DXL_REQUEST_IN_SHARED=") for o in extra):
         extra = (f"-DXL_REQUEST_IN_SHARED={REQUEST_IN_SHARED}",) + extra
+    if team_warps > 1:
+        extra += (f"-DXL_TEAM_WARPS={team_warps}",)
     return extra
 
 
-def request_shared_bytes(request_bytes: int) -> int:
-    """Dynamic shared memory per block: a request slot per warp, unless requests stay in global memory."""
-    return (THREADS_PER_BLOCK // 32) * request_bytes if request_mode() else 0
+# A request's team: 1 warp, or a block of this many warps (xl_runtime.cuh, XL_TEAM_WARPS):
+# a lanes loop then spreads over all its threads, one whose iterations hold reductions
+# over its warps. Deterministic mode only; results do not depend on it.
+TEAM_WARPS = (1, 2, 4, 8, 16, 32)
+
+
+def team_warps_default() -> int:
+    """XLGEN_TEAM_WARPS, for running existing tools and the fuzzer with teams."""
+    return int(os.environ.get("XLGEN_TEAM_WARPS", "1"))
+
+
+def request_shared_bytes(request_bytes: int, team_warps: int = 1) -> int:
+    """Dynamic shared memory per block: a request slot per team (a warp, or with teams of
+    several warps the block), unless requests stay in global memory."""
+    teams = THREADS_PER_BLOCK // 32 if team_warps == 1 else 1
+    return teams * request_bytes if request_mode() else 0
 
 
 def _set_dynamic_shared(function, nbytes: int) -> None:
@@ -211,7 +226,7 @@ class GpuTiming:
     launches: int = 1  # kernel (or graph) launches the host made
 
 
-def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
+def grid_size(kernel, shared_bytes: int, useful_warps: int, threads: int = THREADS_PER_BLOCK) -> int:
     """As many blocks as fit on the device at once (the kernel is persistent), at least
     one per SM (requests are spread over the blocks first, so a small batch gets an SM
     per request: measured faster than packing 4 per SM, at no cost in barrier time), but
@@ -221,12 +236,11 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int) -> int:
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     try:
-        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, THREADS_PER_BLOCK,
-                                                                              shared_bytes)
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared_bytes)
     except Exception:
         per_sm = 4
     fit = max(1, sms * max(1, per_sm))
-    wanted = -(-useful_warps // (THREADS_PER_BLOCK // 32))
+    wanted = -(-useful_warps // (threads // 32))
     if wanted <= 1:
         return 1
     return max(1, min(fit, max(wanted, sms)))
@@ -236,7 +250,8 @@ MODES = ("deterministic", "fast", "host-loop", "graph")
 
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
-        mode: str = "deterministic", timeout: float = 120.0, grid: int | None = None) -> RunResult:
+        mode: str = "deterministic", timeout: float = 120.0, grid: int | None = None,
+        team_warps: int | None = None) -> RunResult:
     """Run a pipeline on the GPU. Modes: the persistent mega-kernel (`deterministic`,
     `fast`), or the baselines built from the same stage code: `host-loop` (a kernel
     per stage per round, host sync and flag read-back each round) and `graph`
@@ -257,16 +272,25 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_host = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
     packed = params_array(module, p, device_tensors(cupy, module, p))
 
-    cu = compile_module(compiled)
+    team = team_warps if team_warps is not None else team_warps_default()
+    if team not in TEAM_WARPS:
+        raise ValueError(f"team_warps = {team!r}: give one of {', '.join(map(str, TEAM_WARPS))}")
+    if team > 1 and mode != "deterministic":
+        raise ValueError(f"a team of {team} warps per request runs in deterministic mode only, not '{mode}'")
+    if team > 1 and request_mode() == 2:
+        raise ValueError("a team of several warps needs XL_REQUEST_IN_SHARED 0 or 1, not 2")
+    cu = compile_module(compiled, team)
     persistent = mode in ("deterministic", "fast")
     kernel = cu.get_function({"deterministic": "xl_run_deterministic", "fast": "xl_run_fast"}.get(mode, "xl_step_begin"))
-    shared_bytes = request_shared_bytes(req_dtype.itemsize)
+    shared_bytes = request_shared_bytes(req_dtype.itemsize, team)
     _set_dynamic_shared(kernel, shared_bytes)
-    blocks = grid or grid_size(kernel, shared_bytes, config.max_active if mode != "fast" else n)
     # Measured on an H200 (docs/benchmarks.md): packing a batch of 32 into one block of
     # 32 warps halves an empty round (no grid barrier) but slows real rounds by ~12%,
-    # since 32 requests then share one SM; so blocks stay at 4 warps.
-    threads = THREADS_PER_BLOCK
+    # since 32 requests then share one SM; so blocks stay at 4 warps. A team of several
+    # warps is a block serving one request.
+    threads = THREADS_PER_BLOCK if team == 1 else 32 * team
+    useful = config.max_active if mode != "fast" else n
+    blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise

@@ -521,6 +521,24 @@ XL_HD uint32_t xl_order_key(uint32_t bits, int word) {
 // the lowest failing index (XlLaneErr), in every backend.
 
 constexpr int32_t XL_REDUCE_LANES = 32;
+
+// A request's team on the GPU: one warp (XL_TEAM_WARPS 1, the default), or a block of
+// XL_TEAM_WARPS warps that serves one request at a time (gpu.py, `team_warps`). Ordinary
+// stage code runs redundantly on every thread of the team; a lanes loop spreads its
+// iterations over all of them; one whose iterations hold reductions, over its warps.
+#ifndef XL_TEAM_WARPS
+#define XL_TEAM_WARPS 1
+#endif
+#if XL_ON_GPU
+#define XL_TEAM_THREADS (32 * XL_TEAM_WARPS)
+#if XL_TEAM_WARPS == 1
+#define XL_TEAM_RANK ((int64_t)(threadIdx.x & 31u))
+#define XL_TEAM_SYNC() __syncwarp()
+#else
+#define XL_TEAM_RANK ((int64_t)threadIdx.x)
+#define XL_TEAM_SYNC() __syncthreads()
+#endif
+#endif
 constexpr int64_t XL_NO_INDEX = 0x7FFFFFFFFFFFFFFFll;  // (NVRTC has no INT64_MAX)
 
 struct XlLaneErr {
@@ -533,9 +551,8 @@ XL_HD void xl_lane_err_note(XlLaneErr& first, int64_t at, const XlErr& e) {
     if (e.code && at < first.at) first = {at, e.code, e.line};
 }
 
-// Every lane ends with the warp's lowest failing index (a butterfly of minima), and the
-// statement's error is set from it.
-XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
+// Every lane ends with the warp's lowest failing index (a butterfly of minima).
+XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
 #if XL_ON_GPU
     for (int k = 16; k >= 1; k >>= 1) {
         const long long at = __shfl_xor_sync(0xFFFFFFFFu, (long long)first.at, k);
@@ -543,7 +560,30 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
         const int32_t line = __shfl_xor_sync(0xFFFFFFFFu, first.line, k);
         if (at < first.at) first = {at, code, line};
     }
+#else
+    (void)first;
 #endif
+}
+
+// Every thread of the team ends with the team's lowest failing index (its warps' minima
+// through shared memory), and the statement's error is set from it. Called by the whole
+// team, after its lanes loop.
+XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
+    xl_warp_err_merge(first);
+#if XL_ON_GPU && XL_TEAM_WARPS > 1
+    __shared__ XlLaneErr xl_team_errs[XL_TEAM_WARPS];
+    if ((threadIdx.x & 31u) == 0u) xl_team_errs[threadIdx.x >> 5] = first;
+    __syncthreads();
+    for (int w = 0; w < XL_TEAM_WARPS; ++w)
+        if (xl_team_errs[w].at < first.at) first = xl_team_errs[w];
+    __syncthreads();
+#endif
+    if (first.code) xl_err_set(err, key, first.code, first.line);
+}
+
+// A reduction's error: its warp's (every warp of a team computes the reduction).
+XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
+    xl_warp_err_merge(first);
     if (first.code) xl_err_set(err, key, first.code, first.line);
 }
 
@@ -557,7 +597,7 @@ template <typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
-    for (int64_t i = (int64_t)lo + XL_LANE; i < (int64_t)hi; i += 32) {
+    for (int64_t i = (int64_t)lo + XL_TEAM_RANK; i < (int64_t)hi; i += XL_TEAM_THREADS) {
 #else
     for (int64_t i = lo; i < (int64_t)hi; ++i) {
 #endif
@@ -566,22 +606,29 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
         xl_lane_err_note(first, i, e);
     }
 #if XL_ON_GPU
-    __syncwarp();  // every lane's writes, before the warp reads them
+    XL_TEAM_SYNC();  // every thread's writes, before the team reads them
 #endif
-    xl_lane_err_finish(err, key, first);
+    xl_team_err_finish(err, key, first);
 }
 
-// A lanes loop whose iterations hold reductions: the warp runs the iterations one after
-// another, all lanes together (each reduction needs them all).
+// A lanes loop whose iterations hold reductions: warp w of the team runs iterations
+// lo + w, lo + w + XL_TEAM_WARPS, ..., all its lanes together (each reduction needs them).
 template <typename Body>
 XL_DEVICE void xl_lanes_by_warp(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
+#if XL_ON_GPU
+    for (int64_t i = (int64_t)lo + (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS; i < (int64_t)hi; i += XL_TEAM_WARPS) {
+#else
     for (int64_t i = lo; i < (int64_t)hi; ++i) {
+#endif
         XlErr e = {0, 0, 0};
         body((int32_t)i, e);
         xl_lane_err_note(first, i, e);
     }
-    if (first.code) xl_err_set(err, key, first.code, first.line);  // the same on every lane
+#if XL_ON_GPU
+    XL_TEAM_SYNC();  // every warp's writes, before the team reads them
+#endif
+    xl_team_err_finish(err, key, first);
 }
 
 template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
