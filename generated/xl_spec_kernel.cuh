@@ -411,7 +411,7 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
     {
         const int32_t xl_lo = 0;
         const int32_t xl_hi = xl_add(r.draft_len, 1);
-        xl_lanes(err, 1, xl_lo, xl_hi, [&](int32_t j, XlErr& err) {
+        xl_lanes<false>(err, 1, xl_lo, xl_hi, [&](int32_t j, XlErr& err) {
             [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 14, xl_sub(j, 1), 128)]);
             if (err.code) return;
             {

@@ -291,10 +291,10 @@ class CppEmitter:
                 body = self.block(s.body, depth + 2)
             finally:
                 self.bail, self.warp_stores, self.iter_stores = saved
-            runner = "xl_lanes_by_warp"
+            runner = "xl_lanes<true>"
         else:
             body = self._lane_body(lambda: self.block(s.body, depth + 2))
-            runner = "xl_lanes"
+            runner = "xl_lanes<false>"
         lines.append(f"{pad}{IND}{runner}(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
         lines += body
         lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]

@@ -314,14 +314,4 @@ def may_raise(e) -> bool:
 
 def uses_lane_code(p: ir.Program) -> bool:
     """Does any stage hold a lanes loop or a reduction (the simulator then needs numpy)?"""
-    stack = [st for stage in p.stages for st in stage.body]
-    while stack:
-        st = stack.pop()
-        if isinstance(st, (ir.Lanes, ir.Reduce)):
-            return True
-        if isinstance(st, ir.If):
-            stack.extend(x for _, body in st.arms for x in body)
-            stack.extend(st.otherwise)
-        elif isinstance(st, ir.For):
-            stack.extend(st.body)
-    return False
+    return any(isinstance(st, (ir.Lanes, ir.Reduce)) for stage in p.stages for st in ir.statements(stage.body))

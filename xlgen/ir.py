@@ -264,17 +264,7 @@ class Lanes(Stmt):
     def by_warp(self) -> bool:
         """Does an iteration hold a reduction? Then each iteration needs a whole warp: the
         warp runs them one after another (its lanes share each reduction)."""
-        stack = list(self.body)
-        while stack:
-            s = stack.pop()
-            if isinstance(s, Reduce):
-                return True
-            if isinstance(s, If):
-                stack.extend(x for _, body in s.arms for x in body)
-                stack.extend(s.otherwise)
-            elif isinstance(s, For):
-                stack.extend(s.body)
-        return False
+        return any(isinstance(s, Reduce) for s in statements(self.body))
 
 
 # Reductions over an index range (docs/semantics.md §13.2): `let name = op(var in start..stop: value)`.
@@ -343,6 +333,19 @@ class Accumulate(Stmt):
     value: Expr
     checked: bool = True
     loc: Loc = field(default=NOWHERE, compare=False)
+
+
+def statements(stmts):
+    """Every statement of a list, nested ones included (those of `if`s and loops)."""
+    stack = list(stmts)
+    while stack:
+        s = stack.pop()
+        yield s
+        if isinstance(s, If):
+            stack.extend(x for _, body in s.arms for x in body)
+            stack.extend(s.otherwise)
+        elif isinstance(s, (For, Lanes)):
+            stack.extend(s.body)
 
 
 @dataclass(frozen=True)

@@ -593,40 +593,24 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 
 // `lanes for i in lo..hi { body }`: body(i, e) per iteration. Iterations are independent (the
 // checker proves it), so any order gives the same state; a failed one does not stop the others.
-template <typename Body>
+// The team's threads take iterations rank, rank + XL_TEAM_THREADS, ...; with ByWarp (the
+// iterations hold reductions) its warps take w, w + XL_TEAM_WARPS, ..., all lanes together.
+template <bool ByWarp, typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
-    for (int64_t i = (int64_t)lo + XL_TEAM_RANK; i < (int64_t)hi; i += XL_TEAM_THREADS) {
+    const int64_t start = ByWarp ? (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS : XL_TEAM_RANK;
+    const int64_t stride = ByWarp ? XL_TEAM_WARPS : XL_TEAM_THREADS;
 #else
-    for (int64_t i = lo; i < (int64_t)hi; ++i) {
+    const int64_t start = 0, stride = 1;
 #endif
+    for (int64_t i = (int64_t)lo + start; i < (int64_t)hi; i += stride) {
         XlErr e = {0, 0, 0};
         body((int32_t)i, e);
         xl_lane_err_note(first, i, e);
     }
 #if XL_ON_GPU
     XL_TEAM_SYNC();  // every thread's writes, before the team reads them
-#endif
-    xl_team_err_finish(err, key, first);
-}
-
-// A lanes loop whose iterations hold reductions: warp w of the team runs iterations
-// lo + w, lo + w + XL_TEAM_WARPS, ..., all its lanes together (each reduction needs them).
-template <typename Body>
-XL_DEVICE void xl_lanes_by_warp(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
-    XlLaneErr first = {XL_NO_INDEX, 0, 0};
-#if XL_ON_GPU
-    for (int64_t i = (int64_t)lo + (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS; i < (int64_t)hi; i += XL_TEAM_WARPS) {
-#else
-    for (int64_t i = lo; i < (int64_t)hi; ++i) {
-#endif
-        XlErr e = {0, 0, 0};
-        body((int32_t)i, e);
-        xl_lane_err_note(first, i, e);
-    }
-#if XL_ON_GPU
-    XL_TEAM_SYNC();  // every warp's writes, before the team reads them
 #endif
     xl_team_err_finish(err, key, first);
 }
