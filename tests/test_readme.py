@@ -44,3 +44,23 @@ def test_readme_collective_example_gives_the_arbiters_tickets():
     assert compare(parallel.program, b, cpu.run(parallel, {}, inputs, config)) is None
     assert b.requests["ticket"].tolist() == a.requests["ticket"].tolist() == list(range(8))
     assert int(b.shared["granted"][0]) == int(a.shared["granted"][0]) == 8
+
+
+def _model_math_example() -> str:
+    return re.search(r"A greedy LM head:\n\n```\n(.*?)```", README.read_text(), re.S).group(1)
+
+
+def test_readme_model_math_example_is_exact_on_every_backend():
+    import numpy as np
+
+    text = _model_math_example()
+    assert format_module(parse_text(text, "greedy_head.xl")) == text
+    compiled = load_text(text, "greedy_head.xl")
+    rng = np.random.default_rng(7)
+    params = {"lm_head": rng.standard_normal((256, 64)).astype(np.float32)}
+    inputs = [{"hidden": [float(x) for x in rng.standard_normal(64).astype(np.float32)]} for _ in range(3)]
+    a = sim.run(compiled.sim_module(), params, inputs)
+    b = cpu.run(compiled, params, inputs)
+    assert compare(compiled.program, a, b) is None
+    for r in a.requests:
+        assert r["token"] == int(np.argmax(r["logits"]))  # the greedy token of the logits it computed
