@@ -5,6 +5,7 @@ Each must compute exactly what its C++ version computes; the diff tests check it
 
 from __future__ import annotations
 
+from . import xlmath
 from .ops import ERR_BUILTIN, XlRuntimeError
 
 _M32 = 0xFFFFFFFF
@@ -50,3 +51,7 @@ def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> i
     if u < agree:
         return target
     return (target + 1 + (h % (vocab - 1))) % vocab
+
+
+# Exact math (xlmath.py; xl_exp ... in xl_runtime.cuh).
+b_exp, b_log, b_tanh, b_rsqrt = xlmath.exp, xlmath.log, xlmath.tanh, xlmath.rsqrt

@@ -186,6 +186,102 @@ XL_HD uint32_t xl_f2u(XlErr& e, int32_t k, int32_t line, float x) {
     return (uint32_t)x;
 }
 
+// ---- exact math: exp, log, tanh, rsqrt (docs/semantics.md §16.1; Python: xlmath.py) --------
+//
+// Each is a fixed sequence of correctly rounded binary32 operations (xl_fadd ... xl_fdiv,
+// never fused), exact bit manipulation and comparisons, so every backend that follows the
+// sequence gets the same bits. Constants are written as their bit patterns.
+
+#if XL_ON_GPU
+XL_DEVICE float xl_bits_float(uint32_t u) { return __uint_as_float(u); }
+#else
+inline float xl_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+#endif
+
+XL_HD float xl_pow2(int32_t k) { return xl_bits_float((uint32_t)(k + 127) << 23); }  // -126 <= k <= 127
+
+// Horner: c[0] + x * (c[1] + x * (c[2] + ...)), highest coefficient first in `c_desc`.
+template <int N>
+XL_HD float xl_horner(float x, const uint32_t (&c_desc)[N]) {
+    float p = xl_bits_float(c_desc[0]);
+    for (int i = 1; i < N; ++i) p = xl_fadd(xl_fmul(p, x), xl_bits_float(c_desc[i]));
+    return p;
+}
+
+XL_HD float xl_exp(float x) {
+    if (x != x) return XL_NAN;
+    if (x > xl_bits_float(0x42B17217u)) return XL_INF;  // above ln(FLT_MAX): overflows
+    if (x < -104.0f) return 0.0f;                          // below ln(2^-150): rounds to 0
+    // x = k ln2 + r, |r| <= ~ln2/2; ln2 in two parts (Cody and Waite): k * hi is exact.
+    const float t = xl_fmul(x, xl_bits_float(0x3FB8AA3Bu));  // x log2(e)
+    const int32_t k = (int32_t)xl_fadd(t, t >= 0.0f ? 0.5f : -0.5f);
+    const float kf = xl_i2f(k);
+    float r = xl_fsub(x, xl_fmul(kf, xl_bits_float(0x3F317200u)));
+    r = xl_fsub(r, xl_fmul(kf, xl_bits_float(0x35BFBE8Eu)));
+    // e^r: Taylor to r^7 (1/5040 ... 1/2, 1, 1)
+    const uint32_t c[8] = {0x39500D01u, 0x3AB60B61u, 0x3C088889u, 0x3D2AAAABu, 0x3E2AAAABu, 0x3F000000u,
+                           0x3F800000u, 0x3F800000u};
+    const float p = xl_horner(r, c);
+    if (k > 127) return xl_fmul(xl_fmul(p, xl_pow2(127)), xl_pow2(k - 127));
+    if (k < -126) return xl_fmul(xl_fmul(p, xl_pow2(k + 64)), xl_pow2(-64));
+    return xl_fmul(p, xl_pow2(k));
+}
+
+XL_HD float xl_log(float x) {
+    if (x != x || x < 0.0f) return XL_NAN;
+    if (x == 0.0f) return -XL_INF;
+    if (x == XL_INF) return XL_INF;
+    int32_t e = 0;
+    if (x < xl_bits_float(0x00800000u)) {  // subnormal: scale into the normal range (exact)
+        x = xl_fmul(x, xl_bits_float(0x4B000000u));  // 2^23
+        e = -23;
+    }
+    const uint32_t bits = xl_float_bits(x);
+    e += (int32_t)(bits >> 23) - 127;
+    float m = xl_bits_float((bits & 0x007FFFFFu) | 0x3F800000u);  // [1, 2)
+    if (m > xl_bits_float(0x3FB504F3u)) {  // (sqrt 2, 2): halve, so f = m - 1 is in [sqrt(1/2) - 1, sqrt 2 - 1]
+        m = xl_fmul(m, 0.5f);
+        e += 1;
+    }
+    // log(1 + f) as in FreeBSD's logf: s = f / (2 + f), R a polynomial in s^2.
+    const float f = xl_fsub(m, 1.0f);
+    const float s = xl_fdiv(f, xl_fadd(2.0f, f));
+    const float z = xl_fmul(s, s);
+    const float w = xl_fmul(z, z);
+    const float t1 = xl_fmul(w, xl_fadd(xl_bits_float(0x3ECCCE13u), xl_fmul(w, xl_bits_float(0x3E789E26u))));
+    const float t2 = xl_fmul(z, xl_fadd(xl_bits_float(0x3F2AAAAAu), xl_fmul(w, xl_bits_float(0x3E91E9EEu))));
+    const float R = xl_fadd(t2, t1);
+    const float hfsq = xl_fmul(xl_fmul(0.5f, f), f);
+    const float dk = xl_i2f(e);
+    const float lo = xl_fadd(xl_fmul(s, xl_fadd(hfsq, R)), xl_fmul(dk, xl_bits_float(0x3717F7D1u)));
+    return xl_fsub(xl_fmul(dk, xl_bits_float(0x3F317180u)), xl_fsub(xl_fsub(hfsq, lo), f));
+}
+
+XL_HD float xl_tanh(float x) {
+    if (x != x) return XL_NAN;
+    const float a = xl_fabs(x);
+    float t;
+    if (a > 9.0f) {
+        t = 1.0f;  // 1 - tanh(9) < 2^-25: rounds to 1
+    } else if (a < xl_bits_float(0x39800000u)) {  // 2^-12: tanh(x) rounds to x
+        return x;
+    } else if (a < 0.55f) {  // odd Taylor series to x^19 (alternating, |x| < pi/2)
+        const uint32_t c[10] = {0xB97ABEBCu, 0x3A1AAC12u, 0xBABED1B2u, 0x3B6B69E8u, 0xBC11371Bu, 0x3CB327A4u,
+                                0xBD5D0DD1u, 0x3E088889u, 0xBEAAAAABu, 0x3F800000u};
+        t = xl_fmul(a, xl_horner(xl_fmul(a, a), c));
+    } else {  // 1 - 2 / (e^(2a) + 1): no cancellation above 0.55
+        t = xl_fsub(1.0f, xl_fdiv(2.0f, xl_fadd(xl_exp(xl_fmul(2.0f, a)), 1.0f)));
+    }
+    return x < 0.0f ? -t : t;
+}
+
+XL_HD float xl_rsqrt(float x) { return xl_fdiv(1.0f, xl_fsqrt(x)); }
+
+XL_HD float xl_b_exp(XlErr&, int32_t, int32_t, float x) { return xl_exp(x); }
+XL_HD float xl_b_log(XlErr&, int32_t, int32_t, float x) { return xl_log(x); }
+XL_HD float xl_b_tanh(XlErr&, int32_t, int32_t, float x) { return xl_tanh(x); }
+XL_HD float xl_b_rsqrt(XlErr&, int32_t, int32_t, float x) { return xl_rsqrt(x); }
+
 // ---- builtins of the prelude (xlgen/runtime/prelude.xl; Python: builtins.py) ----------
 
 XL_HD uint32_t xl_hash(uint32_t x) {  // lowbias32
