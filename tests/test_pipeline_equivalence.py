@@ -1,7 +1,7 @@
 """Output equivalence of the bundled pipeline (design.md section 5): speculative
 decoding must not change the output. For every request, the committed tokens
 (out_tokens[:n_out]) equal plain greedy decoding with the target alone
-(xlgen.reference), at every batch size and block-size policy, in every backend.
+(the companion's greedy_tokens, stages/xl_spec_tools.py), at every batch size and block-size policy, in every backend.
 
 The requests cover every acceptance profile, base_acceptance from 0.0 to 1.0,
 answers from max_new_tokens <= 0 to beyond MAX_OUT (512), a vocabulary of 50

@@ -14,8 +14,8 @@ looks at it, and nothing in xlgen names any particular pipeline's fields.
 
     @invariant(each="request")        # after every round, for every active request
     def within_limit(request, state):
-        if request.n_out > request.limit:
-            return f"n_out {request.n_out} > limit {request.limit}"
+        if request.produced > request.limit:
+            return f"produced {request.produced} > limit {request.limit}"
 
     @invariant(at="end")              # once, after a run, on every backend's final state
     def all_served(run): ...
@@ -37,7 +37,7 @@ list of messages. `state` (in the simulator, after a round's phase 2, before
 retirement) has `round`, `requests` (every request, by id; fields as attributes),
 `shared` (fields as attributes), `active` (ids of the requests in the batch),
 `params` (launch parameters by name) and `program`. `run` (after a run) has
-`requests` (a numpy structured array: `run.requests["n_out"]`), `shared` (its one
+`requests` (a numpy structured array: `run.requests["produced"]`), `shared` (its one
 row), `params`, `program`, `result` (the RunResult), `backend`, `workload` and
 `series(stage, field)` (a traced field per request: {id: (rounds, values)}).
 `@reference`'s `request` is a request's final state (`request["seed"]`).

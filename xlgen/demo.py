@@ -2,7 +2,7 @@
 
 Builds stages/xl_spec.xl, simulates a mixed workload, diff-tests the CPU build
 (and the GPU when present) against the simulator, prints the metrics the
-pipeline declares (by group, e.g. per acceptance profile) and writes every plot
+pipeline declares (by group, e.g. per request class) and writes every plot
 its companion module registers. Nothing here knows the bundled pipeline: it is
 what `xlgen demo` shows of any pipeline with declarations and a companion.
 """

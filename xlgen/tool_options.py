@@ -154,7 +154,7 @@ def metrics_text(compiled, module, workload, result, max_active: int, stamps=Non
 REPORT_OPTIONS = [
     click.option("--report", "reports", multiple=True, metavar="NAME",
                  help="After the run, print the report NAME of the pipeline's companion module (repeatable); "
-                      "the bundled pipeline's: kv (docs/kv_cache.md)."),
+                      "the bundled pipeline's: kv."),
     click.option("--plot", "plots", multiple=True, metavar="NAME=PATH",
                  help="After the run, write the plot NAME of the pipeline's companion to PATH (repeatable); "
                       "the bundled pipeline's: kv, block_sizes."),
