@@ -11,6 +11,7 @@ import textwrap
 import tokenize
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -420,3 +421,59 @@ def test_the_name_check_would_catch_a_name(tmp_path):
             return result.requests["n_out"].sum()  # the committed tokens
     '''))
     assert [w for w, _ in _words(probe) if w in names] == ["n_out"]
+
+
+# ---- xlgen bench reads the declarations (its GPU runs stood in for by the CPU build) ----------------
+
+def _fake_gpu(monkeypatch):
+    """xlgen.bench with the GPU replaced by the CPU build, timed at 1 ms, one round per µs."""
+    import sys
+    import types
+
+    from xlgen.runtime import cpu, gpu
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"fake"}))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+
+    def run(compiled, params, inputs, config, mode="deterministic", timeout=None):
+        result = cpu.run(compiled, params, inputs, config)
+        result.backend = f"gpu-{mode}"
+        result.extra["timing"] = types.SimpleNamespace(wall_ms=1.0, kernel_ms=0.5, launches=1)
+        result.extra["round_end_ns"] = np.arange(result.rounds + 1, dtype=np.int64) * 1000
+        return result
+
+    monkeypatch.setattr(gpu, "run", run)
+
+
+def test_bench_gets_tokens_and_timing_from_the_declarations(monkeypatch):
+    from xlgen.bench import run_bench
+    from xlgen.workload import load as load_workload
+
+    _fake_gpu(monkeypatch)
+    compiled = load(EXAMPLE / "token_budget.xl")
+    w = load_workload(EXAMPLE / "requests.json", compiled.sim_module())
+    report = run_bench(compiled, w, repeats=1, variants=("mega-deterministic",))
+    v = report.variants[0]
+    assert v.identical and v.tokens == report.metrics["output_elements"] > 0
+    assert v.tokens_per_s == v.tokens / 1e-3
+    m = report.metrics
+    assert m["ttft_us_p50"] == m["ttft_rounds_p50"]  # one round per µs
+    assert m["itl_us_p50"] == m["itl_rounds_p50"] and m["latency_us_p99"] == m["latency_rounds_p99"]
+    assert "budget_use" in m and "waited_rounds[BATCH]" in m and "slot_utilisation" in m
+
+
+def test_bench_of_a_pipeline_that_declares_nothing(monkeypatch):
+    from xlgen.bench import run_bench
+    from xlgen.workload import Workload
+
+    _fake_gpu(monkeypatch)
+    compiled = load(REPO / "tests" / "programs" / "counter.xl")
+    report = run_bench(compiled, Workload("default", [{} for _ in range(4)]), repeats=1,
+                       variants=("mega-deterministic",))
+    v = report.variants[0]
+    assert v.tokens is None and v.tokens_per_s is None
+    assert "latency_rounds_p50" in report.metrics and "latency_us_p50" in report.metrics
+    assert not any(k.startswith(("ttft", "itl")) for k in report.metrics)
+    row = report.table().splitlines()[2]
+    assert row.split()[4:6] == ["-", "-"]  # tokens/s and launches/token: no output declared

@@ -35,15 +35,19 @@ class VariantResult:
     kernel_ms_median: float
     launches: int
     rounds: int
-    tokens: int
-    identical: bool  # commits the reference's tokens (and, except fast mode, its traces)
+    tokens: int | None  # elements of the declared `output` (None: the pipeline declares none)
+    identical: bool  # produces the reference's output (and, except fast mode, its traces)
 
     @property
-    def tokens_per_s(self) -> float:
+    def tokens_per_s(self) -> float | None:
+        if self.tokens is None:
+            return None
         return self.tokens / (self.wall_ms_median / 1e3) if self.wall_ms_median else 0.0
 
     @property
-    def launches_per_token(self) -> float:
+    def launches_per_token(self) -> float | None:
+        if self.tokens is None:
+            return None
         return self.launches / self.tokens if self.tokens else 0.0
 
 
@@ -75,8 +79,8 @@ class BenchReport:
         for v in self.variants:
             ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
             lines.append(f"{v.variant:<19} {v.wall_ms_median:>9.3f} ({v.wall_ms_min:.3f}-{v.wall_ms_max:.3f})"
-                         f" {ratio:>7.1f}x {v.tokens_per_s:>11.0f} {v.launches_per_token:>10.4f} {v.rounds:>6} "
-                         f"{'yes' if v.identical else 'NO':>5}")
+                         f" {ratio:>7.1f}x {_num(v.tokens_per_s, '.0f'):>11} {_num(v.launches_per_token, '.4f'):>10} "
+                         f"{v.rounds:>6} {'yes' if v.identical else 'NO':>5}")
         for key, value in self.metrics.items():
             lines.append(f"  {key}: {value}")
         return "\n".join(lines)
@@ -88,9 +92,14 @@ class BenchReport:
         for v in self.variants:
             ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
             rows.append(f"| {v.variant} | {v.wall_ms_median:.3f} ({v.wall_ms_min:.3f}–{v.wall_ms_max:.3f}) | "
-                        f"{ratio:.1f} | {v.tokens_per_s:,.0f} | {v.launches_per_token:.4f} | {v.rounds} | "
+                        f"{ratio:.1f} | {_num(v.tokens_per_s, ',.0f')} | {_num(v.launches_per_token, '.4f')} | {v.rounds} | "
                         f"{'yes' if v.identical else 'NO'} |")
         return "\n".join(rows)
+
+
+def _num(value, spec: str) -> str:
+    """A number in a table; '-' for one the pipeline's declarations do not give (no `output`)."""
+    return "-" if value is None else format(value, spec)
 
 
 def run_metrics(result: RunResult, max_active: int) -> dict:
@@ -137,7 +146,7 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
         same = (compare_results(compiled.program, reference, last, committed_output_fields(compiled.program))
                 if variant == "mega-fast"
                 else compare(compiled.program, reference, last)) is None
-        tokens = output_count(compiled.program, last) or 0  # the declared output's elements (0: none declared)
+        tokens = output_count(compiled.program, last)  # the declared output's elements (None: none declared)
         results.append(VariantResult(variant, statistics.median(walls), min(walls), max(walls),
                                      statistics.median(kernels), last.extra["timing"].launches, last.rounds,
                                      tokens, same))

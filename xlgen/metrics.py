@@ -68,7 +68,10 @@ def output_count(program: ir.Program, result: RunResult) -> int | None:
     out = program.tooling.output
     if out is None:
         return None
-    return int(np.clip(result.requests[out.count].astype(np.int64), 0, None).sum()) if len(result.requests) else 0
+    if len(result.requests) == 0:
+        return 0
+    length = result.requests.dtype[out.field].shape[0]
+    return int(np.clip(result.requests[out.count].astype(np.int64), 0, length).sum())
 
 
 def _aggregate(agg: str, values: np.ndarray):
