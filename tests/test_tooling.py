@@ -477,3 +477,17 @@ def test_bench_of_a_pipeline_that_declares_nothing(monkeypatch):
     assert not any(k.startswith(("ttft", "itl")) for k in report.metrics)
     row = report.table().splitlines()[2]
     assert row.split()[4:6] == ["-", "-"]  # tokens/s and launches/token: no output declared
+
+
+def test_assert_backends_agree_checks_the_companion(emitter):
+    from xlgen.testing import CompanionCheckFailed, assert_backends_agree
+
+    path, workload = emitter()
+    assert_backends_agree(path, workload, backends=["cpu"])
+    path, workload = emitter(BAD_AT=2)
+    with pytest.raises(CompanionCheckFailed, match=r"round 2, request 2: invariant 'within_want' violated"):
+        assert_backends_agree(path, workload, backends=["cpu"])
+    assert_backends_agree(path, workload, backends=["cpu"], check_companion=False)
+    path, workload = emitter(SKIP=0)
+    with pytest.raises(CompanionCheckFailed, match=r"request 0: out\[:n_out\] differs from the reference"):
+        assert_backends_agree(path, workload, backends=[])

@@ -92,8 +92,9 @@ def main():
     """xlgen: compile .xl pipelines to a CUDA persistent mega-kernel and a bit-exact Python simulator.
 
     Exit codes of sim, diff, run, bench and demo: 0 every request finished without error; 1 compile
-    error or backends disagree; 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request
-    failed (runtime error or watchdog).
+    error, backends disagree, or a check of the pipeline's companion failed (an invariant, the
+    reference); 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request failed (runtime
+    error or watchdog).
 
     \b
     Examples:

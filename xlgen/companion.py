@@ -253,8 +253,7 @@ def _shown(path: Path) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _load_cached(path: str, mtime_ns: int, size: int) -> Companion:
-    digest = hashlib.sha256(f"{path}:{mtime_ns}:{size}".encode()).hexdigest()[:12]
+def _load_cached(path: str, digest: str) -> Companion:
     mod_name = f"xlgen_companion_{Path(path).stem}_{digest}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -273,13 +272,13 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Companion:
 
 
 def load(path: str | Path) -> Companion:
-    """Load a companion module by path (once per version of the file)."""
+    """Load a companion module by path (once per content of the file)."""
     p = os.path.realpath(path)
     try:
-        info = os.stat(p)
+        data = Path(p).read_bytes()
     except OSError as exc:
         raise CompanionError(f"{_shown(Path(path))}: cannot read the companion module: {exc.strerror}") from None
-    return _load_cached(p, info.st_mtime_ns, info.st_size)
+    return _load_cached(p, hashlib.sha256(p.encode() + b"\0" + data).hexdigest()[:16])
 
 
 def of_program(program) -> Companion | None:
