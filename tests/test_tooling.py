@@ -491,3 +491,10 @@ def test_assert_backends_agree_checks_the_companion(emitter):
     path, workload = emitter(SKIP=0)
     with pytest.raises(CompanionCheckFailed, match=r"request 0: out\[:n_out\] differs from the reference"):
         assert_backends_agree(path, workload, backends=[])
+
+
+def test_the_example_is_canonically_formatted_and_checks_cleanly():
+    result = invoke("fmt", "--check", EXAMPLE / "token_budget.xl")
+    assert result.exit_code == 0, result.output
+    result = invoke("check", "--werror", EXAMPLE / "token_budget.xl")
+    assert result.exit_code == 0, result.output
