@@ -1,4 +1,4 @@
-"""exp, log, tanh, rsqrt: the simulator's numpy code (xlgen/runtime/xlmath.py) gives the bits
+"""exp, log, tanh, rsqrt: the simulator's numpy code (xlgen/semantics/xlmath.py) gives the bits
 of the C++ (xl_runtime.cuh, compiled as the CPU build compiles it) on a million inputs,
 and the results are close to the true function (docs/semantics.md §16.1 gives the exhaustive
 maximum errors, from scripts/math_ulp.py)."""
@@ -9,8 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from xlgen.resources import runtime_dir
-from xlgen.runtime import xlmath
+from xlgen.core.resources import runtime_dir
+from xlgen.semantics import xlmath
 from xlgen.runtime.cpu import CXX_FLAGS, compiler
 
 FUNCTIONS = ("exp", "log", "tanh", "rsqrt")
