@@ -173,6 +173,14 @@ inline uint32_t xl_float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u
 
 XL_HD float xl_fabs(float a) { return fabsf(a); }
 
+// -a: the sign bit flipped, always. (Found by fuzzing on the GPU: NVRTC compiled
+// `-(c ? 1.0f : 0.0f)` to +0.0 for a false c, where IEEE negation gives -0.0.)
+#if XL_ON_GPU
+XL_DEVICE float xl_fneg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
+#else
+inline float xl_fneg(float a) { return -a; }
+#endif
+
 // Traces store the canonical NaN so that every backend writes the same bits.
 XL_HD uint32_t xl_f32_bits(float x) { return x != x ? 0x7FC00000u : xl_float_bits(x); }
 
