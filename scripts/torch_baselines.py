@@ -130,6 +130,22 @@ def time_mode(mode: str, w, cfg, prompts: list[bytes], n_new: int, device: str, 
             "ms_per_token_step": 1e3 * total / n_new}
 
 
+def profile(w, cfg, prompts: list[bytes], device: str) -> int:
+    """The device time of each kernel over 20 eager decode steps (after a warm-up): which op costs what."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    dec = GraphDecoder(w, cfg, len(prompts), device, 20, whole_loop=False, use_graph=False)
+    dec.prefill(prompts)
+    dec.decode()
+    dec.prefill(prompts)
+    _sync(device)
+    with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        dec.decode()
+        _sync(device)
+    print(p.key_averages().table(sort_by="cuda_time_total" if device.startswith("cuda") else "cpu_time_total",
+                                 row_limit=18, max_name_column_width=60))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__.split("\n\n")
     ap = argparse.ArgumentParser(prog="torch_baselines.py", description=doc[0],
@@ -140,12 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batches", default="1,8", help="batch sizes (default 1,8)")
     ap.add_argument("-o", "--output", help="write the results as JSON")
+    ap.add_argument("--profile", type=int, metavar="BATCH", help="only profile 20 eager decode steps at this batch size")
     args = ap.parse_args(argv)
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
-    cfg, arrays = byte_lm.load_weights(args.weights or byte_lm.MODEL_FILES["target"])
+    try:
+        cfg, arrays = byte_lm.load_weights(args.weights or byte_lm.MODEL_FILES["target"])
+    except byte_lm.ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     w = byte_lm.torch_weights(arrays, args.device)
     prompts = byte_lm.load_prompts()
+    if args.profile:
+        return profile(w, cfg, [p["bytes"] for p in prompts][: args.profile], args.device)
     reference = {p["name"]: byte_lm.greedy_plain(w, cfg, p["bytes"], args.n, args.device) for p in prompts}
     graphs = args.device.startswith("cuda")
     out = {"device": torch.cuda.get_device_name() if graphs else "cpu", "torch": torch.__version__,
