@@ -15,6 +15,7 @@ and the width are read from the tensors.
     python3 models/byte_lm.py decode --model draft --weights my.safetensors --numpy -n 16
     python3 models/byte_lm.py acceptance --device cuda -o acc.json    # draft vs target per prompt kind
     python3 models/byte_lm.py record -o models/bytes_pair/reference_tokens.json
+    python3 models/byte_lm.py pair                                    # target_* + draft_* in pair.safetensors
 
 `decode` prints the tokens (bytes) and the smallest top-1 logit margin (largest logit minus
 the second largest) over the run: a margin near 0 is where another implementation of the same
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -124,6 +126,15 @@ def save_weights(path: str | Path, arrays: dict[str, np.ndarray], metadata: dict
     cfg = config_of(arrays, str(path))
     ordered = {k: np.ascontiguousarray(arrays[k], dtype=np.float32) for k in tensor_shapes(cfg)}
     save_file(ordered, str(path), metadata=metadata)
+
+
+def save_pair(path: str | Path, target: dict[str, np.ndarray], draft: dict[str, np.ndarray]) -> None:
+    """Both models in one file, as `target_<name>` and `draft_<name>`: for a pipeline that binds the
+    target and the draft in one launch (one --weights file)."""
+    from safetensors.numpy import save_file
+    config_of(target, "the target"), config_of(draft, "the draft")
+    save_file({f"{m}_{k}": np.ascontiguousarray(v, dtype=np.float32) for m, arrays in (("target", target), ("draft", draft))
+               for k, v in arrays.items()}, str(path), metadata={"prefixes": "target_, draft_"})
 
 
 def load_prompts(path: str | Path = PROMPTS) -> list[dict]:
@@ -420,6 +431,13 @@ def cmd_check(args) -> None:
               f"{cfg.n_heads} heads, max_len {cfg.max_len}, {len(arrays)} tensors, {n:,} parameters")
 
 
+def cmd_pair(args) -> None:
+    _, target = load_weights(args.target or MODEL_FILES["target"])
+    _, draft = load_weights(args.draft or MODEL_FILES["draft"])
+    save_pair(args.output, target, draft)
+    print(f"wrote {args.output}: {len(target)} target_* and {len(draft)} draft_* tensors")
+
+
 def cmd_decode(args) -> None:
     cfg, arrays = _load(args.model, args.weights)
     prompt = _prompt_bytes(args)
@@ -459,8 +477,8 @@ def cmd_acceptance(args) -> None:
 
 
 def record(device: str, n_new: int, prompts_path=PROMPTS) -> dict:
-    """Target and draft greedy tokens of every bundled prompt: torch no cache, torch static cache
-    and numpy must agree (checked), with the smallest top-1 margin of each."""
+    """Target and draft greedy tokens of every bundled prompt (torch, no cache) with the smallest
+    top-1 margin of each, and whether static-cache decoding gives the same tokens."""
     import torch
     torch.use_deterministic_algorithms(True)
     out = {"n_new": n_new, "device": device, "torch": torch.__version__, "models": {}}
@@ -510,12 +528,18 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--device", default="cpu")
     a.add_argument("-o", "--output", help="write the report as JSON")
     a.set_defaults(fn=cmd_acceptance)
+    pp = sub.add_parser("pair", help="write the target and the draft into one file (target_* / draft_* names)")
+    pp.add_argument("--target", help="target weights (default: shipped)")
+    pp.add_argument("--draft", help="draft weights (default: shipped)")
+    pp.add_argument("-o", "--output", default=str(PAIR_DIR / "pair.safetensors"))
+    pp.set_defaults(fn=cmd_pair)
     r = sub.add_parser("record", help="write both models' greedy tokens for every bundled prompt")
     r.add_argument("-o", "--output", required=True)
     r.add_argument("-n", type=int, default=128)
     r.add_argument("--device", default="cpu")
     r.set_defaults(fn=cmd_record)
     args = ap.parse_args(argv)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before torch starts CUDA
     try:
         args.fn(args)
     except ModelError as exc:

@@ -251,7 +251,7 @@ def cmd_train(args) -> None:
 
     for d, m in manifest["domains"].items():
         log(f"corpus {d}: {m['files']} files, {m['train_bytes']:,} train bytes, {m['heldout_bytes']:,} held out")
-    sizes = {"target": TINY_TARGET if args.tiny else byte_lm.TARGET, "draft": TINY_DRAFT if args.tiny else byte_lm.DRAFT}
+    sizes = {"target": TINY_TARGET if args.tiny else args.target_size, "draft": TINY_DRAFT if args.tiny else args.draft_size}
     report = {"seed": args.seed, "device": args.device, "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
               "batch": args.batch, "seq": args.seq, "lr": args.lr, "weight_decay": args.weight_decay,
@@ -264,11 +264,20 @@ def cmd_train(args) -> None:
         byte_lm.save_weights(args.output / f"{name}.safetensors", arrays, meta)
         weights[name] = arrays
         report["models"][name] = info
-    from safetensors.numpy import save_file
-    save_file({f"{m}_{k}": v for m, arrays in weights.items() for k, v in arrays.items()},
-              str(args.output / "pair.safetensors"), metadata={"prefixes": "target_, draft_"})
+    byte_lm.save_pair(args.output / "pair.safetensors", weights["target"], weights["draft"])
     (args.output / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     log(f"wrote {args.output}/target.safetensors, draft.safetensors, pair.safetensors, training.json")
+
+
+def size(text: str) -> Config:
+    """'LAYERS,D_MODEL' -> Config (argparse type)."""
+    try:
+        layers, d = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected LAYERS,D_MODEL, e.g. 2,64") from None
+    if layers < 1 or d < byte_lm.HEAD_DIM or d % byte_lm.HEAD_DIM:
+        raise argparse.ArgumentTypeError(f"'{text}': need at least 1 layer and d_model a multiple of {byte_lm.HEAD_DIM}")
+    return Config(n_layers=layers, d_model=d)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--corpus", type=Path, help="a corpus .npz from `corpus` (default: build it now)")
     t.add_argument("-o", "--output", type=Path, required=True, help="directory for the weights")
     t.add_argument("--device", default="cpu")
+    t.add_argument("--target-size", type=size, default=byte_lm.TARGET, metavar="LAYERS,D", help="default 4,128")
+    t.add_argument("--draft-size", type=size, default=byte_lm.DRAFT, metavar="LAYERS,D", help="default 1,64")
     t.add_argument("--steps", type=int, default=4000)
     t.add_argument("--batch", type=int, default=64)
     t.add_argument("--seq", type=int, default=512, help="training window (default 512 = max_len)")

@@ -73,8 +73,10 @@ def test_prompts_are_bundled_in_every_kind_and_fit():
 
 def test_block_rounds_accept_the_matching_prefix_then_commit_one():
     m = [3, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
-    assert byte_lm.block_rounds(m, 1) == [1, 0, 1, 1, 1, 1, 1, 1, 1, 1]  # 2+1+2*7 = 16 tokens (the last: bonus)
-    assert byte_lm.block_rounds(m, 4) == [3, 4, 4, 2]  # tokens 0-3, 4-8, 9-13, 14-15 (capped at the end)
+    # B=1: positions 0-1 (m=3: accept 1, +1), 2 and 3 (m=0: the correction only), then 2 per round
+    assert byte_lm.block_rounds(m, 1) == [1, 0, 0, 1, 1, 1, 1, 1, 1]
+    # B=4: tokens 0-3 (accept 3 of m=3, +1), 4-8, 9-13, then 14-15: capped by the 16 tokens asked for
+    assert byte_lm.block_rounds(m, 4) == [3, 4, 4, 1]
     assert sum(k + 1 for k in byte_lm.block_rounds(m, 8)) == len(m)
 
 
