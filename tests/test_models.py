@@ -1,0 +1,136 @@
+"""The bundled byte-level model pair (models/bytes_pair/, docs/models.md): the shipped weights have
+the documented names, shapes and dtypes; the NumPy and PyTorch references decode the recorded
+greedy tokens; the training script's smoke mode trains and writes loadable weights.
+
+The tests that need torch skip where it is not installed (CI installs only the test extra)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIR = ROOT / "models" / "bytes_pair"
+sys.path.insert(0, str(ROOT / "models"))
+
+import byte_lm  # noqa: E402
+
+
+def documented_shapes(n_layers: int, d: int) -> dict[str, tuple[int, ...]]:
+    """docs/models.md's table, written out again here (not taken from byte_lm)."""
+    shapes = {"tok_emb": (256, d), "pos_emb": (512, d), "final_g": (d,), "lm_head": (256, d)}
+    for i in range(n_layers):
+        shapes |= {f"l{i}_g_attn": (d,), f"l{i}_wq": (d, d), f"l{i}_wk": (d, d), f"l{i}_wv": (d, d),
+                   f"l{i}_wo": (d, d), f"l{i}_g_mlp": (d,), f"l{i}_w_up": (4 * d, d), f"l{i}_w_down": (d, 4 * d)}
+    return shapes
+
+
+@pytest.mark.parametrize("name,n_layers,d", [("target", 4, 128), ("draft", 1, 64)])
+def test_shipped_weights_have_documented_names_shapes_dtypes(name, n_layers, d):
+    arrays = load_file(str(PAIR / f"{name}.safetensors"))
+    assert {k: a.shape for k, a in arrays.items()} == documented_shapes(n_layers, d)
+    assert all(a.dtype == np.float32 and np.isfinite(a).all() for a in arrays.values())
+    cfg, _ = byte_lm.load_weights(PAIR / f"{name}.safetensors")
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.max_len) == (n_layers, d, d // 32, 512)
+
+
+def test_pair_file_holds_both_models_under_prefixes():
+    pair = load_file(str(PAIR / "pair.safetensors"))
+    for name in ("target", "draft"):
+        for k, a in load_file(str(PAIR / f"{name}.safetensors")).items():
+            np.testing.assert_array_equal(pair.pop(f"{name}_{k}"), a)
+    assert not pair
+
+
+def test_load_names_what_is_wrong(tmp_path):
+    arrays = load_file(str(PAIR / "draft.safetensors"))
+    arrays["l0_wq"] = arrays["l0_wq"][:, :32].copy()
+    del arrays["final_g"]
+    arrays["extra"] = np.zeros(3, np.float32)
+    bad = tmp_path / "bad.safetensors"
+    save_file(arrays, str(bad))
+    with pytest.raises(byte_lm.ModelError) as e:
+        byte_lm.load_weights(bad)
+    msg = str(e.value)
+    assert "tensor 'l0_wq': expected float32[64, 64], found float32[64, 32]" in msg
+    assert "missing tensor 'final_g'" in msg and "extra" in msg
+    with pytest.raises(byte_lm.ModelError, match="no such file"):
+        byte_lm.load_weights(tmp_path / "none.safetensors")
+
+
+def test_prompts_are_bundled_in_every_kind_and_fit():
+    prompts = byte_lm.load_prompts()
+    assert {p["kind"] for p in prompts} == {"code", "prose", "random"}
+    assert len({p["name"] for p in prompts}) == len(prompts) == 8
+    assert all(1 <= len(p["bytes"]) <= 200 for p in prompts)
+
+
+def test_block_rounds_accept_the_matching_prefix_then_commit_one():
+    m = [3, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+    # B=1: positions 0-1 (m=3: accept 1, +1), 2 and 3 (m=0: the correction only), then 2 per round
+    assert byte_lm.block_rounds(m, 1) == [1, 0, 0, 1, 1, 1, 1, 1, 1]
+    # B=4: tokens 0-3 (accept 3 of m=3, +1), 4-8, 9-13, then 14-15: capped by the 16 tokens asked for
+    assert byte_lm.block_rounds(m, 4) == [3, 4, 4, 1]
+    assert sum(k + 1 for k in byte_lm.block_rounds(m, 8)) == len(m)
+
+
+RECORDED = json.loads((PAIR / "reference_tokens.json").read_text())
+
+
+@pytest.mark.parametrize("model", ["target", "draft"])
+def test_numpy_reference_decodes_the_recorded_torch_tokens(model):
+    cfg, w = byte_lm.load_weights(byte_lm.MODEL_FILES[model])
+    prompts = {p["name"]: p["bytes"] for p in byte_lm.load_prompts()}
+    for row in RECORDED["models"][model][:3]:
+        tokens, margin = byte_lm.greedy_numpy(w, cfg, prompts[row["name"]], 12)
+        assert tokens == row["tokens"][:12], row["name"]
+        assert margin >= row["min_margin"] * 0.999
+
+
+def test_torch_reference_is_deterministic_and_cache_agrees():
+    torch = pytest.importorskip("torch")
+    torch.use_deterministic_algorithms(True)
+    cfg, arrays = byte_lm.load_weights(byte_lm.MODEL_FILES["target"])
+    w = byte_lm.torch_weights(arrays)
+    prompts = byte_lm.load_prompts()
+    recorded = {r["name"]: r for r in RECORDED["models"]["target"]}
+    first = byte_lm.greedy_plain(w, cfg, prompts[0]["bytes"], 16)
+    assert byte_lm.greedy_plain(w, cfg, prompts[0]["bytes"], 16) == first
+    assert first[0] == recorded[prompts[0]["name"]]["tokens"][:16]
+    batch = [p["bytes"] for p in prompts[:4]]
+    cached, margins = byte_lm.greedy_cached(w, cfg, batch, 16)
+    for p, toks in zip(prompts[:4], cached):
+        assert toks == recorded[p["name"]]["tokens"][:16], p["name"]
+
+
+def test_training_smoke_mode_writes_loadable_weights(tmp_path):
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_models.py"), "train", "--tiny",
+                          "--steps", "2", "--log-every", "1", "-o", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "training.json").read_text())
+    for name in ("target", "draft"):
+        cfg, _ = byte_lm.load_weights(tmp_path / f"{name}.safetensors")
+        info = report["models"][name]
+        assert info["steps"] == 2 and len(info["loss_curve"]) == 2
+        assert 0 < info["heldout_nats_per_byte"]["code"] < 10
+    assert "held-out nats/byte" in out.stdout
+
+
+@pytest.mark.parametrize("script", ["models/byte_lm.py", "scripts/train_models.py", "scripts/torch_baselines.py"])
+def test_scripts_have_help_with_examples(script):
+    out = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "python3 " in out.stdout, out.stderr
+
+
+def test_decode_cli_explains_bad_input():
+    out = subprocess.run([sys.executable, str(ROOT / "models/byte_lm.py"), "decode", "--numpy", "--prompt", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no bundled prompt 'nope'" in out.stderr and "Traceback" not in out.stderr
