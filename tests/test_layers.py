@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "xlgen"
 LAYERS = ["core", "semantics", "frontend", "backends", "runtime", "tools"]
-TOP = len(LAYERS)  # xlgen/cli.py, __main__.py and the public shims (build.py, testing.py, companion.py)
+TOP = len(LAYERS)  # xlgen/cli/, __main__.py and the public shims (build.py, testing.py, companion.py)
 
 
 def _module(path: Path) -> str:
@@ -66,7 +66,7 @@ def test_every_layer_says_what_it_owns_and_may_import():
 
 def test_the_flat_package_holds_only_the_entry_points():
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert flat == ["__init__.py", "__main__.py", "build.py", "cli.py", "companion.py", "testing.py"]
+    assert flat == ["__init__.py", "__main__.py", "build.py", "companion.py", "testing.py"]
 
 
 def test_public_api_still_imports():

@@ -1,0 +1,315 @@
+"""Commands that run a pipeline: sim, diff, run, bench, demo."""
+
+from __future__ import annotations
+import sys
+from pathlib import Path
+import click
+from ..tools.progress import progress_bar
+from ..tools import tool_options as tools
+from ..tools.tool_options import INVARIANTS_OPTION, report_options
+from .group import BACKENDS, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
+from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen sim stages/xl_spec.xl -w small              # a bundled workload
+  xlgen sim my.xl -w my_requests.json --trace      # print every trace record
+  xlgen sim examples/token_budget/token_budget.xl -w examples/token_budget/requests.json --show tier,waited
+  xlgen sim examples/token_budget/token_budget.xl --param budget=16 --report budget
+  xlgen sim stages/xl_spec.xl -w kv_pressure --report kv               # the KV cache's residency report
+  xlgen sim stages/xl_spec.xl -w kv_pressure --plot kv=kv.png          # KV occupancy per round
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--show", default=None, help="Comma-separated request fields to print per request.")
+@click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
+@report_options
+@INVARIANTS_OPTION
+@_SIM_TIMEOUT
+@_friendly
+def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, reports, plots, kv_report,
+        kv_plot, check_invariants, sim_timeout=None):
+    """Run FILE's simulator (the executable specification) on a workload.
+
+    One line per request: its status (done, error, watchdog), `ended` (the round in
+    which it finished or failed) and the --show fields; then a summary: requests by
+    outcome, records by kind (trace, done, error) and the batch's slot utilisation
+    (busy request-rounds over max_active x rounds); then the metrics (those the
+    pipeline declares, its output count, latency in rounds, TTFT and inter-token
+    latency with `progress`, and its companion's) and the companion's invariants,
+    checked after every round. Options and the workload are checked before the run.
+    Exit codes: docs/workloads.md ("Exit codes"); a violated invariant is 1.
+    """
+    import numpy as np
+
+    from ..tools.diff import describe_record
+    from ..runtime import sim as engine
+    from ..semantics.ops import ERR_WATCHDOG
+    from ..runtime.sim import KIND_DONE, KIND_ERROR
+
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    fields = _check_show(compiled, show)
+    want = tools.wanted(reports, plots, kv_report, kv_plot)
+    tools.check_wanted(compiled, module, workload, want, _check_output_path)
+    checker = tools.invariant_checker(compiled, module, workload, check_invariants)
+    observer = checker.observer if checker is not None and checker.per_round else None
+    total = len(workload.inputs)
+    with progress_bar(total, f"simulating {total} requests") as bar:
+        last = [0]
+
+        def progress(done, _n):
+            bar.update(done - last[0])
+            last[0] = done
+
+        result = engine.run_stoppable(module, workload.params, workload.inputs, workload.config, sim_timeout,
+                                      progress=progress, observer=observer)
+    click.echo(f"{'req':>5} {'status':>8} {'ended':>6} " + " ".join(f"{f:>14}" for f in fields))
+    table = result.record_table  # grouped by request id: each group's last row is how it ended
+    ends = np.flatnonzero(np.r_[table["req_id"][1:] != table["req_id"][:-1], True]) if len(table) else []
+    last_row = {int(table["req_id"][k]): int(k) for k in ends}
+    for i in range(len(result.requests)):
+        rec = table[last_row[i]] if i in last_row else None
+        kind = None if rec is None else int(rec["kind"])
+        status = {KIND_DONE: "done", KIND_ERROR: "error"}.get(kind, "?")
+        if status == "error" and int(rec["words"][0]) == ERR_WATCHDOG:
+            status = "watchdog"
+        values = " ".join(f"{_show_value(compiled, f, result.requests[f][i]):>14}" for f in fields)
+        click.echo(f"{i:>5} {status:>8} {int(rec['round']) if rec is not None else -1:>6} {values}")
+        if status in ("error", "watchdog"):
+            click.echo("      " + describe_record(compiled.program, result.records[last_row[i]]))
+    if show_trace:
+        for rec in result.records:
+            click.echo(describe_record(compiled.program, rec))
+    click.echo(_summary(compiled, result, workload.config.max_active))
+    _print_metrics(compiled, module, workload, result)
+    held = tools.finish_invariants(checker, [tools.make_run(compiled, module, workload, result)])
+    tools.produce(compiled, module, workload, result, want)
+    if not held:
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen diff stages/xl_spec.xl -w small                 # simulator vs CPU build (and GPU if present)
+  xlgen diff stages/xl_spec.xl -w mixed --backend cpu
+  xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
+  xlgen diff examples/token_budget/token_budget.xl --param budget=8 --count 40
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--backend", "backends", default=None,
+              help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
+                   "(default: cpu, plus gpu when a GPU is present).")
+@INVARIANTS_OPTION
+@_SIM_TIMEOUT
+@_friendly
+def diff(file, workload_name, count, max_active, param_overrides, backends, check_invariants, sim_timeout=None):
+    """Run FILE on the simulator and other backends and compare their traces bit for bit.
+
+    Deterministic backends must match the simulator's traces and final state
+    exactly. gpu-fast (no rounds) is compared on the output the pipeline declares
+    (`output FIELD[COUNT]`), or on the whole final request state. The companion's
+    invariants are checked after every simulator round and on every backend's final
+    state, and its reference decoder against every finished request's output.
+    Exit code 0 only when everything agrees and every request finished without
+    error; 1 when backends disagree, an invariant is violated or an output differs
+    from the reference; 4 when all agree but a request failed (docs/workloads.md,
+    "Exit codes").
+    """
+    from ..tools.diff import committed_output_fields, compare, compare_results
+
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if backends is None:
+        from ..runtime import gpu
+
+        chosen = ["cpu"] + (["gpu"] if gpu.available() else [])
+    else:
+        chosen = [b.strip() for b in backends.split(",") if b.strip()]
+        if not chosen:
+            raise click.UsageError(f"--backend {backends!r}: give one or more of {', '.join(BACKENDS[1:])}")
+        bad = [b for b in chosen if b not in BACKENDS[1:]]
+        if bad:
+            raise click.UsageError(f"--backend: unknown {', '.join(bad)} (choose from {', '.join(BACKENDS[1:])})")
+        if any(b.startswith("gpu") for b in chosen):  # before the simulator runs, not after
+            from ..runtime import gpu
+
+            if not gpu.available():
+                raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
+                                       "(pip install -e '.[gpu]')")
+    checker = tools.invariant_checker(compiled, module, workload, check_invariants)
+    observer = checker.observer if checker is not None and checker.per_round else None
+    reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout, observer=observer)
+    click.echo(_summary(compiled, reference, workload.config.max_active))
+    runs = [tools.make_run(compiled, module, workload, reference)]
+    failed = False
+    for backend in chosen:
+        other = _run_backend(backend, compiled, workload)
+        runs.append(tools.make_run(compiled, module, workload, other))
+        click.echo(_summary(compiled, other, workload.config.max_active))
+        if backend == "gpu-fast":  # schedule-dependent traces: compare the committed result
+            divergence = compare_results(compiled.program, reference, other, committed_output_fields(compiled.program))
+        else:
+            divergence = compare(compiled.program, reference, other)
+        if divergence is None:
+            click.echo(f"  identical: sim == {backend}")
+        else:
+            failed = True
+            click.echo(divergence.render())
+    if not tools.finish_invariants(checker, runs):
+        failed = True
+    if not tools.reference_check(compiled, runs[0]):
+        failed = True
+    if failed:
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(reference) else EXIT_OK)
+
+
+@main.command(name="run", epilog="""\b
+Examples:
+  xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
+  xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
+  xlgen run stages/xl_spec.xl -w kv_pressure --report kv --plot kv=kv.png
+  xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
+@click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
+              help="Seconds to wait for the kernel before aborting it and printing a hang report.")
+@report_options
+@_GPUS_OPTIONS
+@_friendly
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, reports, plots, kv_report,
+            kv_plot, gpus=None, address=None):
+    """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
+
+    --report and --plot (the companion's) need deterministic mode: in fast mode a
+    trace record carries its request's own iteration, not a round of the whole batch.
+    --gpus N shards the requests over N GPUs (round-robin by request id; a
+    mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
+    total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
+    3 hang, 4 a request failed (docs/workloads.md, "Exit codes").
+    """
+    want = tools.wanted(reports, plots, kv_report, kv_plot)
+    if mode == "fast" and want:
+        raise click.UsageError("--report and --plot (and --kv-report, --kv-plot) need --mode deterministic "
+                               "(fast-mode traces have no batch-wide rounds)")
+    if gpus is not None and want:
+        raise click.UsageError("--report and --plot report one run's state; with --gpus each GPU has its own")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        run = _sharded(lambda pool: pool.run(workload, timeout=timeout), compiled, file, gpus,
+                       "gpu" if mode == "deterministic" else "gpu-fast", address)
+        click.echo(_summary(compiled, run.result))
+        click.echo(run.table())
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
+    tools.check_wanted(compiled, module, workload, want, _check_output_path)
+    result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
+    timing = result.extra["timing"]
+    click.echo(_summary(compiled, result, workload.config.max_active))
+    click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
+               f"{timing.barriers} grid barriers")
+    _print_metrics(compiled, module, workload, result, result.extra.get("round_end_ns"))
+    tools.produce(compiled, module, workload, result, want)
+    sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen demo                          # writes xlgen-demo/block_sizes.png
+  xlgen demo -w small -o /tmp/demo    # a quicker run
+  xlgen demo --no-gpu
+""")
+@click.option("-w", "--workload", "workload_name", default="mixed", show_default=True,
+              help="A workload JSON file or a bundled workload name.")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("xlgen-demo"),
+              show_default=True, help="Where to write the plot.")
+@click.option("--gpu/--no-gpu", "use_gpu", default=None, help="Also run the GPU (default: when one is present).")
+@_friendly
+def demo(workload_name, out_dir, use_gpu):
+    """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
+    from ..tools.demo import run_demo
+    from ..tools.workload import WorkloadError
+
+    if use_gpu:
+        from ..runtime import gpu
+
+        if not gpu.available():
+            raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]'); --no-gpu runs "
+                                   "the simulator and the CPU build only")
+    try:
+        agreed = run_demo(out_dir, workload_name, use_gpu)
+    except WorkloadError as exc:
+        raise click.UsageError(f"workload {exc}") from None
+    sys.exit(EXIT_OK if agreed else EXIT_MISMATCH)
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen bench stages/xl_spec.xl -w mixed
+  xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
+  xlgen bench stages/xl_spec.xl -w kv_pressure          # with the companion's KV cache metrics
+  xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@_workload_options
+@click.option("--repeats", type=AsciiInt(1, 10_000), default=5, show_default=True,
+              help="Timed runs per variant (after a warm-up), 1..10000.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
+@click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
+@_GPUS_OPTIONS
+@_friendly
+def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path, gpus=None,
+          address=None):
+    """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
+
+    The report includes the batch's slot utilisation (busy request-rounds over
+    max_active x rounds) and the requests that failed. With --gpus N: the
+    deterministic mega-kernel on one GPU against the requests sharded over N GPUs
+    (per-GPU and total tokens/s; committed tokens checked equal to the 1-GPU run's
+    and to plain greedy decoding's). Exit codes: 0 all variants agree and every
+    request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a request failed
+    (docs/workloads.md, "Exit codes").
+    """
+    from ..tools.bench import run_bench, save
+    from ..runtime import gpu
+
+    _check_output_path(json_path, "--json")
+    _check_output_path(md_path, "--markdown")
+    if gpus is None and address is not None:
+        raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
+    compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
+    if gpus is not None:
+        from ..tools.multigpu import bench_sharded
+
+        report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
+                          address)
+        click.echo(report.table())
+        if json_path:
+            import json
+
+            json_path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        if md_path:
+            md_path.write_text(report.markdown() + "\n")
+        if not report.identical:
+            sys.exit(EXIT_MISMATCH)
+        sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
+    if not gpu.available():
+        raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
+    try:
+        report = run_bench(compiled, workload, repeats=repeats)
+    except gpu.HangError as exc:
+        click.echo(exc.report, err=True)
+        sys.exit(EXIT_HANG)
+    click.echo(report.table())
+    if json_path:
+        save(report, json_path)
+    if md_path:
+        md_path.write_text(report.markdown() + "\n")
+    if not all(v.identical for v in report.variants):
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)
