@@ -3,6 +3,7 @@
 // library, and by scripts/math_ulp_gpu.cu into the GPU check.
 //
 //   xlm_eval   the CPU build's result bits for given input bits (NaN canonical)
+//   xlm_eval_range  the same for a range of input bit patterns (OpenMP)
 //   xlm_sweep  a range of input bit patterns against a reference: binary64 libm, whose
 //              result rounded to binary32 is the correctly rounded result except in
 //              astronomically rare double-rounding cases
@@ -63,6 +64,12 @@ int xlm_functions(void) { return XLM_COUNT; }
 
 void xlm_eval(int fn, const uint32_t* in, uint32_t* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = xlm_bits(xlm_f(fn, xlm_float(in[i])));
+}
+
+// Every input from `start` on, n of them (the GPU check compares these with the GPU's).
+void xlm_eval_range(int fn, uint64_t start, uint32_t* out, int64_t n) {
+#pragma omp parallel for schedule(static, 65536)
+    for (int64_t i = 0; i < n; ++i) out[i] = xlm_bits(xlm_f(fn, xlm_float((uint32_t)(start + (uint64_t)i))));
 }
 
 struct XlmResult {

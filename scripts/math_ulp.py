@@ -232,7 +232,7 @@ def gpu_check(names: list[str]) -> int:
     exe = Path(tempfile.gettempdir()) / "xlgen_math_ulp_gpu"
     cmd = ["nvcc", "-std=c++17", "-O2", "-arch=native", "--fmad=false", "--ftz=false", "--prec-div=true",
            "--prec-sqrt=true", f"-I{RUNTIME}", "-Xcompiler", "-fopenmp,-ffp-contract=off,-fno-fast-math",
-           str(Path(__file__).with_name("math_ulp_gpu.cu")), "-o", str(exe)]
+           str(Path(__file__).with_name("math_ulp_gpu.cu")), str(SOURCE), "-o", str(exe), "-lgomp"]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     return subprocess.run([str(exe), *[str(FUNCTIONS.index(n)) for n in names]]).returncode

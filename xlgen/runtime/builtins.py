@@ -5,6 +5,7 @@ Each must compute exactly what its C++ version computes; the diff tests check it
 
 from __future__ import annotations
 
+from . import xlmath
 from .ops import ERR_BUILTIN, XlRuntimeError
 
 _M32 = 0xFFFFFFFF
@@ -50,3 +51,12 @@ def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> i
     if u < agree:
         return target
     return (target + 1 + (h % (vocab - 1))) % vocab
+
+
+# The exact math functions (docs/semantics.md §4.1): defined, for floats and numpy arrays alike,
+# in xlmath.py; the simulator's scalars are floats.
+b_exp = xlmath.exp
+b_log = xlmath.log
+b_tanh = xlmath.tanh
+b_sigmoid = xlmath.sigmoid
+b_rsqrt = xlmath.rsqrt

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import xlmath
 from .builtins import b_hash_u32  # noqa: F401 - the scalar twin of v_hash_u32 below, for readers
 from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRuntimeError, wrap_i32
 
@@ -256,6 +257,26 @@ def vb_draft_token(L: Lanes, line: int, seed, pos, prev, vocab, agree):
     u = (h >> np.uint32(8)).astype(np.float64) * (1.0 / 16777216.0)  # exact, as in b_draft_token
     other = (target + 1 + (h.astype(np.int64) % (v.astype(np.int64) - 1))) % v.astype(np.int64)
     return np.where(u < np.asarray(agree, dtype=np.float64), target, other).astype(np.int32)
+
+
+def vb_exp(L: Lanes, line: int, x):  # the exact math functions: elementwise on arrays (xlmath.py)
+    return xlmath.exp(x)
+
+
+def vb_log(L: Lanes, line: int, x):
+    return xlmath.log(x)
+
+
+def vb_tanh(L: Lanes, line: int, x):
+    return xlmath.tanh(x)
+
+
+def vb_sigmoid(L: Lanes, line: int, x):
+    return xlmath.sigmoid(x)
+
+
+def vb_rsqrt(L: Lanes, line: int, x):
+    return xlmath.rsqrt(x)
 
 
 # ---- reductions --------------------------------------------------------------------------
