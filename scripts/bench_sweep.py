@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xlgen.bench import latency_metrics, run_bench
+from xlgen.bench import run_bench
+from xlgen.companion import Run, load as load_companion, params_by_name
+from xlgen.metrics import timing_metrics
 from xlgen.build import load, load_text
 from xlgen.runtime import gpu
 from xlgen.runtime.sim import LaunchConfig
@@ -86,7 +88,8 @@ for key, w in (("off", workload(32, policy="asbs", acceptance=0.9)),
     results["sweeps"].setdefault("kv", {})[key] = point(f"KV {key}", w)
 
 # KV occupancy over time on the GPU (deterministic mode: the simulator's trace).
-from xlgen.kv_report import plot_occupancy, residency  # noqa: E402
+TOOLS = load_companion("stages/xl_spec_tools.py").module  # the bundled pipeline's companion
+plot_occupancy, residency = TOOLS.plot_occupancy, TOOLS.residency
 
 w = workload(32, policy="asbs", acceptance=0.9, kv_pool=TIGHT_POOL)
 r = gpu.run(compiled, w.params, w.inputs, w.config)
@@ -263,7 +266,8 @@ for mode in ("deterministic", "host-loop", "graph"):
         for k in range(1, len(t)):
             if gained[k] > 0:
                 itl.extend([(t[k] - t[k - 1]) / gained[k]] * int(gained[k]))
-    results.setdefault("itl_us", {})[mode] = latency_metrics(compiled.program, r)
+    results.setdefault("itl_us", {})[mode] = {k: v for k, v in timing_metrics(
+        compiled.program, r, w.config.max_active, r.extra["round_end_ns"]).items() if k.startswith(("ttft_us", "itl_us"))}
     ax.hist(itl, bins=np.logspace(-1, 3, 60), histtype="step", lw=1.5, label=mode)
 ax.set_xscale("log")
 ax.set_xlabel("inter-token latency per token (µs, device timestamps)")
@@ -275,12 +279,11 @@ fig.savefig(OUT / "itl_by_variant.png", dpi=110)
 plt.close(fig)
 
 # Block-size trajectories (ASBS), from a mixed-profile batch.
-from xlgen.demo import plot_block_sizes  # noqa: E402
 from xlgen.workload import load as load_workload  # noqa: E402
 
 mixed = load_workload("workloads/mixed.json", module)
-plot_block_sizes(compiled.program, gpu.run(compiled, mixed.params, mixed.inputs, mixed.config),
-                 OUT / "block_sizes_gpu.png")
+TOOLS.block_sizes(Run(compiled.program, gpu.run(compiled, mixed.params, mixed.inputs, mixed.config),
+                      params_by_name(module, mixed.params), "mixed"), OUT / "block_sizes_gpu.png")
 
 with open(OUT / "bench.json", "w") as f:
     json.dump(results, f, indent=2, default=str)

@@ -1,5 +1,5 @@
 """The KV cache at scale, without a GPU: the simulator with the pool invariants checked
-after every round (xlgen.invariants), then the CPU build, whose traces and final state
+after every round (the bundled pipeline's companion, stages/xl_spec_tools.py), then the CPU build, whose traces and final state
 must be identical. The workloads are scripts/gpu_measure.py's (the GPU run compares
 its traces with the same simulator run).
 
@@ -14,12 +14,14 @@ import time
 
 from xlgen.build import load
 from xlgen.diff import compare
-from xlgen.invariants import PoolObserver, assert_invariants
+from xlgen.companion import load as load_companion
 from xlgen.runtime import cpu, sim
 from xlgen.workload import from_dict
 
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()
+TOOLS = load_companion("stages/xl_spec_tools.py").module
+PoolObserver, assert_invariants = TOOLS.PoolObserver, TOOLS.assert_invariants
 
 
 def workload(count, max_active, tokens):  # as in scripts/gpu_measure.py

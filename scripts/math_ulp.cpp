@@ -1,4 +1,4 @@
-// The exact math functions of xl_runtime.cuh (docs/semantics.md §4.1), measured: built by
+// The exact math functions of xl_runtime.cuh (docs/semantics.md §16.1), measured: built by
 // scripts/math_ulp.py (and tests/test_xlmath.py) with the CPU build's flags into a shared
 // library, and by scripts/math_ulp_gpu.cu into the GPU check.
 //

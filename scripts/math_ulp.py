@@ -1,4 +1,4 @@
-"""Measure the exact math functions (docs/semantics.md §4.1) and check that every backend agrees.
+"""Measure the exact math functions (docs/semantics.md §16.1) and check that every backend agrees.
 
 The functions are defined once as a sequence of binary32 operations and implemented in
 xl_runtime.cuh (C++/CUDA) and xlgen/runtime/xlmath.py (Python floats and numpy arrays).

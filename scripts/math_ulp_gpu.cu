@@ -1,5 +1,5 @@
 // The GPU's exact math functions against the CPU build's, bit for bit, over all 2^32 inputs
-// (docs/semantics.md §4.1). Built and run by `python scripts/math_ulp.py --gpu` on a GPU
+// (docs/semantics.md §16.1). Built and run by `python scripts/math_ulp.py --gpu` on a GPU
 // machine: nvcc with the GPU build's float options (--fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true) for this file, the host compiler with the CPU build's (-ffp-contract=off)
 // for math_ulp.cpp, whose xlm_eval_range gives the CPU bits.

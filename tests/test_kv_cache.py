@@ -1,7 +1,7 @@
 """The paged KV cache of the bundled pipeline (stages/kv.xl) under stress.
 
 Every scenario runs on the simulator with the pool invariants checked after every
-round (xlgen.invariants), on the CPU build (traces and final state identical), and
+round (the companion stages/xl_spec_tools.py), on the CPU build (traces and final state identical), and
 on the GPU (deterministic mode) when one is present. In every scenario every
 request finishes, nothing is leaked, and the committed tokens are still those of
 plain greedy decoding: the KV cache delays requests, it never changes an answer.
@@ -9,17 +9,28 @@ plain greedy decoding: the KV cache delays requests, it never changes an answer.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from xlgen.build import load
 from xlgen.diff import compare
-from xlgen.invariants import PoolObserver, assert_invariants
-from xlgen.kv_report import evictions_by_cause, fragmentation_ratio, kv_hit_rate, report, residency
-from xlgen.reference import greedy_tokens
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
 from xlgen.workload import from_dict
+from xlgen.companion import load as load_companion
+
+# The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
+TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
+PoolObserver = TOOLS.PoolObserver
+assert_invariants = TOOLS.assert_invariants
+evictions_by_cause = TOOLS.evictions_by_cause
+fragmentation_ratio = TOOLS.fragmentation_ratio
+kv_hit_rate = TOOLS.kv_hit_rate
+residency = TOOLS.residency
+greedy_tokens = TOOLS.greedy_tokens
+report = TOOLS.kv_report
 
 KV_PRESSURE, PINNED, GRAFTED = 1, 2, 4  # flags ReqFlag (checked below)
 

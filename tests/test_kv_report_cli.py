@@ -1,6 +1,7 @@
-"""The KV cache's residency report from the command line: `--kv-report`, `--kv-plot`,
-`--param`, the bundled `kv_pressure` workload, the benchmark's KV metrics, and the
-numbers docs/kv_cache.md quotes."""
+"""The KV cache's residency report from the command line: the bundled pipeline's companion
+report and plot (`--report kv`, `--plot kv=PATH`, and their old spellings `--kv-report`,
+`--kv-plot`), `--param`, the bundled `kv_pressure` workload, the benchmark's KV metrics,
+and the numbers docs/kv_cache.md quotes."""
 
 from __future__ import annotations
 
@@ -14,11 +15,21 @@ from click.testing import CliRunner
 
 from xlgen.build import load
 from xlgen.cli import main
-from xlgen.invariants import PoolObserver, assert_invariants
-from xlgen.kv_report import (format_report, kv_metrics, kv_settings, no_report_reason, plot_occupancy, report,
-                             residency)
 from xlgen.runtime import sim
+from xlgen.companion import params_by_name
 from xlgen.workload import load as load_workload, resolve
+from xlgen.companion import load as load_companion
+
+# The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
+TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
+PoolObserver = TOOLS.PoolObserver
+assert_invariants = TOOLS.assert_invariants
+format_report = TOOLS.format_report
+kv_metrics = TOOLS.kv_metrics
+no_report_reason = TOOLS.no_report_reason
+plot_occupancy = TOOLS.plot_occupancy
+residency = TOOLS.residency
+report = TOOLS.kv_report
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = "stages/xl_spec.xl"
@@ -63,7 +74,8 @@ def test_kv_pressure_workload_puts_the_pool_under_pressure(compiled):
     res = residency(compiled.program, result)
     assert r.waits > 0 and r.misses > 0 and sum(r.evictions.values()) > 0
     assert r.peak_live == 48 and r.oversize == 0
-    assert (res.live > kv_settings(compiled.sim_module(), w.params).threshold_pages).mean() > 0.5  # KV_PRESSURE
+    settings = TOOLS.kv_settings(params_by_name(compiled.sim_module(), w.params))
+    assert (res.live > settings.threshold_pages).mean() > 0.5  # KV_PRESSURE
     assert (res.committed + res.draft + res.free == 48).all()
 
 
@@ -75,10 +87,11 @@ def test_kv_pressure_workload_agrees_with_the_cpu_build():
 
 # ---- --kv-report -------------------------------------------------------------------------
 
-def test_kv_report_prints_the_report_of_the_run(compiled, pressure_run):
+@pytest.mark.parametrize("option", [["--kv-report"], ["--report", "kv"]])
+def test_kv_report_prints_the_report_of_the_run(compiled, pressure_run, option):
     _w, expected = pressure_run
     r = report(compiled.program, expected, 16)
-    result = invoke("sim", BUNDLED, "-w", "kv_pressure", "--kv-report")
+    result = invoke("sim", BUNDLED, "-w", "kv_pressure", *option)
     assert result.exit_code == 0, result.output
     out = result.output
     assert "KV cache: pool of 48 pages x 16 tokens, pressure above 40.8 live pages, eviction LRU" in out
@@ -103,23 +116,26 @@ def test_kv_report_with_the_kv_cache_off_is_refused_before_running(tmp_path):
 def test_kv_report_on_a_pipeline_without_a_kv_cache_is_refused_before_running():
     result = invoke("sim", REPO / "tests" / "programs" / "counter.xl", "--kv-report")
     assert result.exit_code == 2, result.output
-    assert "--kv-report: pipeline counter has no traced kv_manage stage" in result.output
+    assert ("--kv-report: pipeline counter has no companion module, so no report 'kv' (declare one with "
+            "`companion \"FILE.py\"`") in result.output
     assert "req " not in result.output
 
 
 def test_kv_report_in_gpu_fast_mode_is_refused_before_running():
     result = invoke("run", BUNDLED, "-w", "kv_pressure", "--mode", "fast", "--kv-report")
     assert result.exit_code == 2
-    assert "--kv-report and --kv-plot need --mode deterministic" in result.output
+    assert "--report and --plot (and --kv-report, --kv-plot) need --mode deterministic" in result.output
 
 
 # ---- --kv-plot ---------------------------------------------------------------------------
 
-def test_kv_plot_writes_a_png_of_the_occupancy(tmp_path):
+@pytest.mark.parametrize("spelling", ["--kv-plot", "--plot"])
+def test_kv_plot_writes_a_png_of_the_occupancy(tmp_path, spelling):
     import matplotlib.image
 
     path = tmp_path / "kv.png"
-    result = invoke("sim", BUNDLED, "-w", "kv_pressure", "--kv-plot", path)
+    args = ["--kv-plot", path] if spelling == "--kv-plot" else ["--plot", f"kv={path}"]
+    result = invoke("sim", BUNDLED, "-w", "kv_pressure", *args)
     assert result.exit_code == 0, result.output
     assert f"wrote {path}" in result.output
     data = path.read_bytes()
@@ -203,13 +219,16 @@ def test_kv_metrics_are_the_report(compiled, pressure_run):
 
 
 def test_bench_adds_kv_metrics_only_with_kv_records(compiled, pressure_run):
-    from xlgen.bench import kv_metrics_of_run
+    from xlgen.bench import pipeline_metrics
 
     w, result = pressure_run
-    assert kv_metrics_of_run(compiled, w, result) == kv_metrics(compiled.program, result, 16)
+    metrics = pipeline_metrics(compiled, w, result)  # the companion's @metrics among the declared ones
+    assert {k: metrics[k] for k in kv_metrics(compiled.program, result, 16)} == kv_metrics(compiled.program, result, 16)
+    assert metrics["output_elements"] == int(result.requests["n_out"].sum())
+    assert 0 < metrics["acceptance_rate"] < 1 and "mean_block[CONSTANT]" in metrics
     small, off = _simulate(compiled, "small", kv_cache=False)
     assert no_report_reason(compiled.program, off) is not None
-    assert kv_metrics_of_run(compiled, small, off) == {}
+    assert "kv_hit_rate" not in pipeline_metrics(compiled, small, off)
 
 
 # ---- docs/kv_cache.md ---------------------------------------------------------------------

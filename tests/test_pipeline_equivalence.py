@@ -1,7 +1,7 @@
 """Output equivalence of the bundled pipeline (design.md section 5): speculative
 decoding must not change the output. For every request, the committed tokens
 (out_tokens[:n_out]) equal plain greedy decoding with the target alone
-(xlgen.reference), at every batch size and block-size policy, in every backend.
+(the companion's greedy_tokens, stages/xl_spec_tools.py), at every batch size and block-size policy, in every backend.
 
 The requests cover every acceptance profile, base_acceptance from 0.0 to 1.0,
 answers from max_new_tokens <= 0 to beyond MAX_OUT (512), a vocabulary of 50
@@ -10,16 +10,23 @@ with a non-zero EOS token (so answers end on EOS) and the full 32000.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from functools import cache
 
 import numpy as np
 import pytest
 
 from xlgen.build import load
-from xlgen.reference import MAX_OUT, greedy_tokens
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
 from xlgen.workload import from_dict
+from xlgen.companion import load as load_companion
+
+# The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
+TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
+MAX_OUT = TOOLS.MAX_OUT
+greedy_tokens = TOOLS.greedy_tokens
 
 GPU_MARKS = [pytest.mark.gpu,
              pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")]

@@ -1,4 +1,4 @@
-"""The exact math functions (docs/semantics.md §4.1): Python floats, numpy arrays and the CPU
+"""The exact math functions (docs/semantics.md §16.1): Python floats, numpy arrays and the CPU
 build give the same bits; special cases; accuracy on a sample; the builtins in a pipeline on the
 simulator (both lane paths) and the CPU build. scripts/math_ulp.py measures all 2^32 inputs."""
 
@@ -98,7 +98,7 @@ def test_special_cases(name, x, want):
 
 
 # The most ulps any result lies from the correctly rounded one (scripts/math_ulp.py measures
-# all 2^32 inputs; docs/semantics.md §4.1 has the numbers). A change that loses accuracy fails.
+# all 2^32 inputs; docs/semantics.md §16.1 has the numbers). A change that loses accuracy fails.
 MAX_ULPS = {"exp": 1, "log": 1, "tanh": 1, "sigmoid": 2, "sqrt": 0, "rsqrt": 1}
 
 

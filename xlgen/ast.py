@@ -315,6 +315,50 @@ class DoneDecl(Node):
     loc: Loc = _loc()
 
 
+# ---- declarations for the tools (docs/language.md, "Declarations for the tools") ----
+
+
+@dataclass(frozen=True)
+class OutputDecl(Node):
+    """`output FIELD[COUNT]`: a request's output is FIELD's first COUNT elements."""
+    field: Ident
+    count: Ident
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class ProgressDecl(Node):
+    """`progress STAGE`: each trace record of STAGE may bring new output."""
+    stage: Ident
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class MetricTerm(Node):
+    """`AGG(FIELD)` over the final state, or `AGG(STAGE.FIELD)` over STAGE's trace records."""
+    agg: Ident
+    field: Ident
+    stage: Ident | None = None
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class MetricDecl(Node):
+    """`metric NAME[GROUP] = TERM` or `... = TERM / TERM`."""
+    name: str
+    group: Ident | None
+    terms: tuple[MetricTerm, ...]
+    op: str | None = None  # the operator between two terms, as written ('/' is the only one accepted)
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class CompanionDecl(Node):
+    """`companion "FILE.py"`: the pipeline's Python companion module, relative to this file."""
+    path: str
+    loc: Loc = _loc()
+
+
 @dataclass(frozen=True)
 class Module(Node):
     pipeline: str | None

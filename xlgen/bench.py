@@ -4,7 +4,8 @@ Every variant runs the same stage code on the same workload in one process:
 - mega-deterministic / mega-fast: the persistent kernel, one launch;
 - host-loop: one kernel per stage per round, host sync and flag read-back each round;
 - graph: one round captured as a CUDA graph and replayed, host check between replays.
-Variants must commit identical tokens (checked). Times are host wall-clock from
+Variants must produce identical output (checked: the declared `output`, or the whole
+final request state, for fast mode; traces and state for the others). Times are host wall-clock from
 the first launch to the host seeing completion (what a serving loop waits),
 median over repeats after a warm-up, with min and max.
 """
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .diff import committed_output_fields, compare, compare_results
+from .metrics import output_count
 from .runtime.sim import RunResult
 
 VARIANTS = ("mega-deterministic", "mega-fast", "host-loop", "graph")
@@ -33,15 +35,19 @@ class VariantResult:
     kernel_ms_median: float
     launches: int
     rounds: int
-    tokens: int
-    identical: bool  # commits the reference's tokens (and, except fast mode, its traces)
+    tokens: int | None  # elements of the declared `output` (None: the pipeline declares none)
+    identical: bool  # produces the reference's output (and, except fast mode, its traces)
 
     @property
-    def tokens_per_s(self) -> float:
+    def tokens_per_s(self) -> float | None:
+        if self.tokens is None:
+            return None
         return self.tokens / (self.wall_ms_median / 1e3) if self.wall_ms_median else 0.0
 
     @property
-    def launches_per_token(self) -> float:
+    def launches_per_token(self) -> float | None:
+        if self.tokens is None:
+            return None
         return self.launches / self.tokens if self.tokens else 0.0
 
 
@@ -73,8 +79,8 @@ class BenchReport:
         for v in self.variants:
             ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
             lines.append(f"{v.variant:<19} {v.wall_ms_median:>9.3f} ({v.wall_ms_min:.3f}-{v.wall_ms_max:.3f})"
-                         f" {ratio:>7.1f}x {v.tokens_per_s:>11.0f} {v.launches_per_token:>10.4f} {v.rounds:>6} "
-                         f"{'yes' if v.identical else 'NO':>5}")
+                         f" {ratio:>7.1f}x {_num(v.tokens_per_s, '.0f'):>11} {_num(v.launches_per_token, '.4f'):>10} "
+                         f"{v.rounds:>6} {'yes' if v.identical else 'NO':>5}")
         for key, value in self.metrics.items():
             lines.append(f"  {key}: {value}")
         return "\n".join(lines)
@@ -86,43 +92,14 @@ class BenchReport:
         for v in self.variants:
             ratio = v.wall_ms_median / ref.wall_ms_median if ref else float("nan")
             rows.append(f"| {v.variant} | {v.wall_ms_median:.3f} ({v.wall_ms_min:.3f}–{v.wall_ms_max:.3f}) | "
-                        f"{ratio:.1f} | {v.tokens_per_s:,.0f} | {v.launches_per_token:.4f} | {v.rounds} | "
+                        f"{ratio:.1f} | {_num(v.tokens_per_s, ',.0f')} | {_num(v.launches_per_token, '.4f')} | {v.rounds} | "
                         f"{'yes' if v.identical else 'NO'} |")
         return "\n".join(rows)
 
 
-def latency_metrics(program, result: RunResult) -> dict:
-    """TTFT and inter-token latency from device timestamps: a commit traced in round
-    k happened by the end of round k (round_end_ns[k + 1])."""
-    from .metrics import trace_series
-
-    stamps = result.extra.get("round_end_ns")
-    if stamps is None or len(stamps) < 2:
-        return {}
-    try:
-        commits = trace_series(program, result, "commit", "n_out")
-    except KeyError:
-        return {}
-    ttft, itl = [], []
-    for _req, (rounds, n_out) in commits.items():
-        idx = np.clip(rounds + 1, 0, len(stamps) - 1)
-        times = stamps[idx].astype(np.float64) / 1e3  # µs
-        gained = np.diff(np.concatenate([[0], n_out.astype(np.int64)]))
-        first = np.nonzero(gained > 0)[0]
-        if len(first) == 0:
-            continue
-        ttft.append(times[first[0]])
-        for k in range(first[0] + 1, len(times)):
-            if gained[k] > 0:  # each of the step's tokens waited (t_k - t_prev) / tokens
-                itl.extend([(times[k] - times[k - 1]) / gained[k]] * int(gained[k]))
-    out = {}
-    if ttft:
-        out["ttft_us_p50"] = float(np.percentile(ttft, 50))
-        out["ttft_us_p99"] = float(np.percentile(ttft, 99))
-    if itl:
-        for q in (50, 95, 99):
-            out[f"itl_us_p{q}"] = float(np.percentile(itl, q))
-    return out
+def _num(value, spec: str) -> str:
+    """A number in a table; '-' for one the pipeline's declarations do not give (no `output`)."""
+    return "-" if value is None else format(value, spec)
 
 
 def run_metrics(result: RunResult, max_active: int) -> dict:
@@ -136,32 +113,17 @@ def run_metrics(result: RunResult, max_active: int) -> dict:
             "done_records": c.done_records, "error_records": c.error_records}
 
 
-def speculation_metrics(program, result: RunResult) -> dict:
-    from .metrics import speculation_summary
+def pipeline_metrics(compiled, workload, result: RunResult) -> dict:
+    """What the pipeline's declarations and companion give for a run: its declared metrics,
+    output elements, trace-based timing (latency; TTFT and inter-token latency with `output`
+    and `progress`, in rounds and, from the GPU's round timestamps, in µs) and the
+    companion's @metrics."""
+    from .companion import Run, params_by_name
+    from .metrics import collect_metrics
 
-    try:
-        rows = speculation_summary(program, result)
-    except (KeyError, StopIteration, ValueError):
-        return {}
-    proposed = sum(r.proposed for r in rows)
-    accepted = sum(r.accepted for r in rows)
-    steps = sum(r.steps for r in rows)
-    out = {"acceptance_rate": accepted / proposed if proposed else 0.0,
-           "mean_accepted_length": accepted / steps if steps else 0.0}
-    for r in rows:
-        out[f"mean_block_{r.profile.lower()}"] = r.mean_block
-        out[f"var_block_{r.profile.lower()}"] = r.var_block
-    return out
-
-
-def kv_metrics_of_run(compiled, workload, result: RunResult) -> dict:
-    """The KV cache's residency metrics (xlgen.kv_report.kv_metrics) when the run has
-    kv_manage trace records: kv_hit_rate, fragmentation_ratio, kv_misses, kv_waits,
-    evictions_decode / _recompute / _yield, peak_live_pages; {} otherwise."""
-    from .kv_report import kv_metrics, kv_settings
-
-    module = compiled.sim_module()
-    return kv_metrics(compiled.program, result, kv_settings(module, workload.params).page_tokens)
+    run = Run(compiled.program, result, params_by_name(compiled.sim_module(), workload.params), workload.name)
+    return collect_metrics(compiled.program, result, workload.config.max_active, run,
+                           result.extra.get("round_end_ns"))
 
 
 def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
@@ -184,16 +146,14 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
         same = (compare_results(compiled.program, reference, last, committed_output_fields(compiled.program))
                 if variant == "mega-fast"
                 else compare(compiled.program, reference, last)) is None
-        tokens = int(last.requests["n_out"].sum()) if "n_out" in last.requests.dtype.names else 0
+        tokens = output_count(compiled.program, last)  # the declared output's elements (None: none declared)
         results.append(VariantResult(variant, statistics.median(walls), min(walls), max(walls),
                                      statistics.median(kernels), last.extra["timing"].launches, last.rounds,
                                      tokens, same))
     metrics = {}
     if reference is not None:
         metrics.update(run_metrics(reference, workload.config.max_active))
-        metrics.update(speculation_metrics(compiled.program, reference))
-        metrics.update(latency_metrics(compiled.program, reference))
-        metrics.update(kv_metrics_of_run(compiled, workload, reference))
+        metrics.update(pipeline_metrics(compiled, workload, reference))
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = name.decode() if isinstance(name, bytes) else str(name)
     return BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)

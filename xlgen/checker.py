@@ -17,6 +17,7 @@ from . import ir
 from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
 from .files import FileProblem, read_source_bytes
 from .ir import BOOL, F32, I32, U32
+from .check_tooling import check_tooling
 from .parser import KEYWORDS, ParseFailure, parse_text
 from .py_ops import evaluate_const
 from .resources import runtime_dir
@@ -372,6 +373,7 @@ class Checker:
         stages = [self._stage(node, i) for i, node in enumerate(stage_nodes)]
         traces = self._traces([i for i in items if isinstance(i, A.TraceDecl)], stages)
         done = self._done([i for i in items if isinstance(i, A.DoneDecl)], main)
+        tooling = check_tooling(self, items, stages, traces)  # output, progress, metric, companion
         ordered = self._order_functions(functions)
         if not stages and main.pipeline is not None:
             self.sink.warning(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' declares no stages")
@@ -393,6 +395,7 @@ class Checker:
             done=done,
             sources=self.sources,
             tensors=tuple(self.tensors.values()),
+            tooling=tooling,
         )
 
     def _declare(self, items) -> None:

@@ -14,8 +14,11 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .companion import CompanionError
 from .diagnostics import CompileError, render_all
 from .files import FileProblem
+from . import tool_options as tools
+from .tool_options import INVARIANTS_OPTION, report_options
 
 EPILOG_CHECK = """\b
 Examples:
@@ -35,6 +38,9 @@ def _friendly(fn):
             click.echo(exc.render(), err=True)
             sys.exit(1)
         except FileProblem as exc:  # a file that cannot be read or written: the message says which and why
+            click.echo(f"xlgen: error: {exc.message}", err=True)
+            sys.exit(1)
+        except CompanionError as exc:  # the pipeline's companion module failed: its file and line
             click.echo(f"xlgen: error: {exc.message}", err=True)
             sys.exit(1)
         except (click.ClickException, click.exceptions.Exit, SystemExit, KeyboardInterrupt):
@@ -86,8 +92,9 @@ def main():
     """xlgen: compile .xl pipelines to a CUDA persistent mega-kernel and a bit-exact Python simulator.
 
     Exit codes of sim, diff, run, bench and demo: 0 every request finished without error; 1 compile
-    error or backends disagree; 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request
-    failed (runtime error or watchdog).
+    error, backends disagree, or a check of the pipeline's companion failed (an invariant, the
+    reference); 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request failed (runtime
+    error or watchdog).
 
     \b
     Examples:
@@ -317,7 +324,7 @@ def _parse_param(module, item: str):
 
     name, sep, text = (part.strip() for part in item.partition("="))
     if not sep or not name or not text:
-        raise click.UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param fixed_block=8")
+        raise click.UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param budget=16")
     types = module.Params.TYPES
     if name not in types:
         valid = ", ".join(types) if types else "none"
@@ -346,12 +353,13 @@ def _parse_param(module, item: str):
     return name, value
 
 
-def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None):
+def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None,
+                 observer=None):
     from .runtime import cpu, sim
 
     if backend == "sim":
         return sim.run_stoppable(compiled.sim_module(), workload.params, workload.inputs, workload.config,
-                                 sim_timeout)
+                                 sim_timeout, observer=observer)
     if backend == "cpu":
         return cpu.run(compiled, workload.params, workload.inputs, workload.config)
     from .runtime import gpu
@@ -416,7 +424,7 @@ def _check_show(compiled, show: str | None) -> list[str]:
         return [f for f in [f for t in compiled.program.traces for f in t.fields][:6] if not _is_array(fields[f])]
     names = [n.strip() for n in show.split(",")]
     if not all(names):
-        raise click.UsageError(f"--show {show!r}: give comma-separated request field names, e.g. --show n_out,iterations")
+        raise click.UsageError(f"--show {show!r}: give comma-separated request field names, e.g. --show a,b")
     for name in names:
         if name not in fields:
             raise click.UsageError(f"--show: '{name}' is not a request field of pipeline {compiled.name}"
@@ -443,31 +451,6 @@ def _is_array(decl) -> bool:
     from . import ir
 
     return isinstance(decl.type, ir.ArrayType)
-
-
-def _check_kv_options(compiled, module, workload, show_report: bool, plot_path) -> None:
-    """--kv-report / --kv-plot need a pipeline with the bundled KV cache's trace and fields
-    (read from the program, as the report reads them) and the cache on in this run."""
-    if not show_report and plot_path is None:
-        return
-    from .kv_report import REQUEST_FIELDS, SHARED_FIELDS, SNAP_FIELDS, kv_settings
-
-    option = "--kv-report" if show_report else "--kv-plot"
-    program = compiled.program
-    trace = next((t for t in program.traces if t.stage == "kv_manage"), None)
-    if trace is None:
-        raise click.UsageError(f"{option}: pipeline {program.name} has no traced kv_manage stage: there is no KV "
-                               "cache to report on")
-    have = set(trace.fields) | {f.name for f in program.request_fields} | {f.name for f in program.shared_fields}
-    missing = [f for f in SNAP_FIELDS if f not in trace.fields]
-    missing += [f for f in REQUEST_FIELDS + SHARED_FIELDS if f not in have]
-    if missing:
-        raise click.UsageError(f"{option}: pipeline {program.name}'s kv_manage is not the bundled KV cache's (the "
-                               f"report reads {', '.join(missing)}; see stages/kv.xl)")
-    if "kv_cache" in module.Params.TYPES and not kv_settings(module, workload.params).kv_cache:
-        raise click.UsageError(f"{option}: the KV cache is off in this run (launch param kv_cache is false; "
-                               "--param kv_cache=true turns it on)")
-    _check_output_path(plot_path, "--kv-plot")
 
 
 class _NoProgress:
@@ -504,7 +487,7 @@ _WORKLOAD_OPTIONS = [
                  help=f"Batch capacity: requests resident at once (1..{LAUNCH_MAX})."),
     click.option("--param", "param_overrides", multiple=True, metavar="NAME=VALUE",
                  help="Set a launch parameter over the workload's params (repeatable): "
-                      "--param fixed_block=8 --param kv_cache=false."),
+                      "--param budget=16 --param chunk=8."),
     click.option("--weights", type=click.Path(path_type=Path, dir_okay=False), default=None, expose_value=False,
                  callback=lambda ctx, _param, value: ctx.meta.__setitem__("xlgen_weights", value),
                  metavar="FILE", help="Bind the pipeline's tensors from a .safetensors or .npz file, by name "
@@ -530,83 +513,35 @@ def _workload_options(fn):
     return fn
 
 
-_KV_OPTIONS = [
-    click.option("--kv-report", "kv_report", is_flag=True,
-                 help="After the run, print the KV cache's residency report: hit rate, fragmentation, "
-                      "misses, waits, evictions by cause (docs/kv_cache.md)."),
-    click.option("--kv-plot", "kv_plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
-                 metavar="PATH", help="Write a PNG of the KV pool's occupancy per round: committed, draft and "
-                                      "free pages, and the pressure threshold."),
-]
-
-
-def _kv_options(fn):
-    for option in reversed(_KV_OPTIONS):
-        fn = option(fn)
-    return fn
-
-
-def _kv_outputs(compiled, module, workload, result, show_report: bool, plot_path) -> None:
-    """--kv-report and --kv-plot, after a run; one line saying why when the run has no KV cache."""
-    if not show_report and plot_path is None:
-        return
-    from .kv_report import format_report, kv_settings, no_report_reason, plot_occupancy, report, residency
-
-    why = no_report_reason(compiled.program, result)
-    if why is not None:
-        if why.startswith("no kv_manage") and not kv_settings(module, workload.params).kv_cache:
-            why = "the KV cache was off in this run (launch param kv_cache is false; --param kv_cache=true turns it on)"
-        click.echo(f"kv report: {why}" + ("; no plot written" if plot_path is not None else ""))
-        return
-    kv = kv_settings(module, workload.params)
-    r = report(compiled.program, result, kv.page_tokens)
-    if show_report:
-        policy = {0: "LRU", 1: "priority-aware"}.get(kv.eviction_policy, str(kv.eviction_policy))
-        click.echo(f"KV cache: pool of {kv.pool_pages} pages x {kv.page_tokens} tokens, pressure above "
-                   f"{kv.threshold_pages:.1f} live pages, eviction {policy}")
-        click.echo(f"  {format_report(r)}")
-        ev = r.evictions
-        click.echo(f"  evictions by cause: decode {ev['decode']} (draft pages for a block), "
-                   f"recompute {ev['recompute']} (missed pages got back), yield {ev['yield']} (no-deadlock yields)")
-    if plot_path is not None:
-        title = (f"KV occupancy, {workload.name}: kv_hit_rate {r.kv_hit_rate:.3f}, "
-                 f"fragmentation_ratio {r.fragmentation_ratio:.3f}")
-        try:
-            plot_occupancy(residency(compiled.program, result), kv.pool_pages, kv.pressure_threshold, plot_path,
-                           title=title)
-        except ImportError:
-            raise click.UsageError("--kv-plot needs matplotlib (pip install matplotlib)") from None
-        except OSError as exc:
-            raise click.UsageError(f"--kv-plot {plot_path}: {exc.strerror or exc}") from None
-        click.echo(f"wrote {plot_path}")
-
-
 @main.command(epilog="""\b
 Examples:
   xlgen sim stages/xl_spec.xl -w small              # a bundled workload
-  xlgen sim stages/xl_spec.xl -w mixed --show n_out,total_accepted
   xlgen sim my.xl -w my_requests.json --trace      # print every trace record
-  xlgen sim stages/xl_spec.xl -w kv_pressure --kv-report               # KV cache residency report
-  xlgen sim stages/xl_spec.xl -w kv_pressure --kv-plot kv.png          # KV occupancy per round
-  xlgen sim stages/xl_spec.xl -w kv_pressure --param fixed_block=8 --param eviction_policy=1 --kv-report
-  xlgen sim stages/xl_spec.xl -w mixed --param pool_pages=256 --kv-report
+  xlgen sim examples/token_budget/token_budget.xl -w examples/token_budget/requests.json --show tier,waited
+  xlgen sim examples/token_budget/token_budget.xl --param budget=16 --report budget
+  xlgen sim stages/xl_spec.xl -w kv_pressure --report kv               # the KV cache's residency report
+  xlgen sim stages/xl_spec.xl -w kv_pressure --plot kv=kv.png          # KV occupancy per round
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--show", default=None, help="Comma-separated request fields to print per request.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
-@_kv_options
+@report_options
+@INVARIANTS_OPTION
 @_SIM_TIMEOUT
 @_friendly
-def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, kv_report, kv_plot,
-        sim_timeout=None):
+def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, reports, plots, kv_report,
+        kv_plot, check_invariants, sim_timeout=None):
     """Run FILE's simulator (the executable specification) on a workload.
 
     One line per request: its status (done, error, watchdog), `ended` (the round in
     which it finished or failed) and the --show fields; then a summary: requests by
     outcome, records by kind (trace, done, error) and the batch's slot utilisation
-    (busy request-rounds over max_active x rounds). Options and the workload are
-    checked before the run. Exit codes: docs/workloads.md ("Exit codes").
+    (busy request-rounds over max_active x rounds); then the metrics (those the
+    pipeline declares, its output count, latency in rounds, TTFT and inter-token
+    latency with `progress`, and its companion's) and the companion's invariants,
+    checked after every round. Options and the workload are checked before the run.
+    Exit codes: docs/workloads.md ("Exit codes"); a violated invariant is 1.
     """
     import numpy as np
 
@@ -617,7 +552,10 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
 
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     fields = _check_show(compiled, show)
-    _check_kv_options(compiled, module, workload, kv_report, kv_plot)
+    want = tools.wanted(reports, plots, kv_report, kv_plot)
+    tools.check_wanted(compiled, module, workload, want, _check_output_path)
+    checker = tools.invariant_checker(compiled, module, workload, check_invariants)
+    observer = checker.observer if checker is not None and checker.per_round else None
     total = len(workload.inputs)
     with progress_bar(total, f"simulating {total} requests") as bar:
         last = [0]
@@ -627,7 +565,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
             last[0] = done
 
         result = engine.run_stoppable(module, workload.params, workload.inputs, workload.config, sim_timeout,
-                                      progress=progress)
+                                      progress=progress, observer=observer)
     click.echo(f"{'req':>5} {'status':>8} {'ended':>6} " + " ".join(f"{f:>14}" for f in fields))
     table = result.record_table  # grouped by request id: each group's last row is how it ended
     ends = np.flatnonzero(np.r_[table["req_id"][1:] != table["req_id"][:-1], True]) if len(table) else []
@@ -646,8 +584,18 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
         for rec in result.records:
             click.echo(describe_record(compiled.program, rec))
     click.echo(_summary(compiled, result, workload.config.max_active))
-    _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
+    _print_metrics(compiled, module, workload, result)
+    held = tools.finish_invariants(checker, [tools.make_run(compiled, module, workload, result)])
+    tools.produce(compiled, module, workload, result, want)
+    if not held:
+        sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
+
+
+def _print_metrics(compiled, module, workload, result, stamps=None) -> None:
+    text = tools.metrics_text(compiled, module, workload, result, workload.config.max_active, stamps)
+    if text:
+        click.echo(text)
 
 
 @main.command(epilog="""\b
@@ -655,24 +603,28 @@ Examples:
   xlgen diff stages/xl_spec.xl -w small                 # simulator vs CPU build (and GPU if present)
   xlgen diff stages/xl_spec.xl -w mixed --backend cpu
   xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
-  xlgen diff stages/xl_spec.xl -w kv_pressure --param eviction_policy=1
+  xlgen diff examples/token_budget/token_budget.xl --param budget=8 --count 40
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--backend", "backends", default=None,
               help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
                    "(default: cpu, plus gpu when a GPU is present).")
+@INVARIANTS_OPTION
 @_SIM_TIMEOUT
 @_friendly
-def diff(file, workload_name, count, max_active, param_overrides, backends, sim_timeout=None):
+def diff(file, workload_name, count, max_active, param_overrides, backends, check_invariants, sim_timeout=None):
     """Run FILE on the simulator and other backends and compare their traces bit for bit.
 
     Deterministic backends must match the simulator's traces and final state
-    exactly. gpu-fast (no rounds) is compared on its committed tokens (the
-    bundled pipeline's out_tokens and n_out), or on the whole final request state.
+    exactly. gpu-fast (no rounds) is compared on the output the pipeline declares
+    (`output FIELD[COUNT]`), or on the whole final request state. The companion's
+    invariants are checked after every simulator round and on every backend's final
+    state, and its reference decoder against every finished request's output.
     Exit code 0 only when everything agrees and every request finished without
-    error; 1 when backends disagree; 4 when they agree but a request failed
-    (docs/workloads.md, "Exit codes").
+    error; 1 when backends disagree, an invariant is violated or an output differs
+    from the reference; 4 when all agree but a request failed (docs/workloads.md,
+    "Exit codes").
     """
     from .diff import committed_output_fields, compare, compare_results
 
@@ -694,11 +646,15 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, sim_
             if not gpu.available():
                 raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
                                        "(pip install -e '.[gpu]')")
-    reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout)
+    checker = tools.invariant_checker(compiled, module, workload, check_invariants)
+    observer = checker.observer if checker is not None and checker.per_round else None
+    reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout, observer=observer)
     click.echo(_summary(compiled, reference, workload.config.max_active))
+    runs = [tools.make_run(compiled, module, workload, reference)]
     failed = False
     for backend in chosen:
         other = _run_backend(backend, compiled, workload)
+        runs.append(tools.make_run(compiled, module, workload, other))
         click.echo(_summary(compiled, other, workload.config.max_active))
         if backend == "gpu-fast":  # schedule-dependent traces: compare the committed result
             divergence = compare_results(compiled.program, reference, other, committed_output_fields(compiled.program))
@@ -709,6 +665,10 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, sim_
         else:
             failed = True
             click.echo(divergence.render())
+    if not tools.finish_invariants(checker, runs):
+        failed = True
+    if not tools.reference_check(compiled, runs[0]):
+        failed = True
     if failed:
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(reference) else EXIT_OK)
@@ -758,7 +718,7 @@ def _sharded(work, compiled, file, gpus: int, backend: str, address):
 Examples:
   xlgen run stages/xl_spec.xl -w mixed                  # deterministic mode
   xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
-  xlgen run stages/xl_spec.xl -w kv_pressure --kv-report --kv-plot kv.png
+  xlgen run stages/xl_spec.xl -w kv_pressure --report kv --plot kv=kv.png
   xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
 """)
 @click.argument("file", type=click.Path(path_type=Path))
@@ -766,25 +726,26 @@ Examples:
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
 @click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
-@_kv_options
+@report_options
 @_GPUS_OPTIONS
 @_friendly
-def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, kv_report, kv_plot, gpus=None,
-            address=None):
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, reports, plots, kv_report,
+            kv_plot, gpus=None, address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
-    --kv-report and --kv-plot need deterministic mode: in fast mode a trace
-    record carries its request's own iteration, not a round of the whole batch.
+    --report and --plot (the companion's) need deterministic mode: in fast mode a
+    trace record carries its request's own iteration, not a round of the whole batch.
     --gpus N shards the requests over N GPUs (round-robin by request id; a
     mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
     total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
     3 hang, 4 a request failed (docs/workloads.md, "Exit codes").
     """
-    if mode == "fast" and (kv_report or kv_plot is not None):
-        raise click.UsageError("--kv-report and --kv-plot need --mode deterministic (fast-mode traces have "
-                               "no batch-wide rounds)")
-    if gpus is not None and (kv_report or kv_plot is not None):
-        raise click.UsageError("--kv-report and --kv-plot report one KV pool; with --gpus each GPU has its own")
+    want = tools.wanted(reports, plots, kv_report, kv_plot)
+    if mode == "fast" and want:
+        raise click.UsageError("--report and --plot (and --kv-report, --kv-plot) need --mode deterministic "
+                               "(fast-mode traces have no batch-wide rounds)")
+    if gpus is not None and want:
+        raise click.UsageError("--report and --plot report one run's state; with --gpus each GPU has its own")
     if gpus is None and address is not None:
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
@@ -794,13 +755,14 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         click.echo(_summary(compiled, run.result))
         click.echo(run.table())
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
-    _check_kv_options(compiled, module, workload, kv_report, kv_plot)
+    tools.check_wanted(compiled, module, workload, want, _check_output_path)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
     timing = result.extra["timing"]
     click.echo(_summary(compiled, result, workload.config.max_active))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
                f"{timing.barriers} grid barriers")
-    _kv_outputs(compiled, module, workload, result, kv_report, kv_plot)
+    _print_metrics(compiled, module, workload, result, result.extra.get("round_end_ns"))
+    tools.produce(compiled, module, workload, result, want)
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
 
 
@@ -838,7 +800,7 @@ def demo(workload_name, out_dir, use_gpu):
 Examples:
   xlgen bench stages/xl_spec.xl -w mixed
   xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
-  xlgen bench stages/xl_spec.xl -w kv_pressure          # with the KV cache's metrics
+  xlgen bench stages/xl_spec.xl -w kv_pressure          # with the companion's KV cache metrics
   xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
 """)
 @click.argument("file", type=click.Path(path_type=Path))

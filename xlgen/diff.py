@@ -120,8 +120,8 @@ def _first_field_diff(xa: np.ndarray, xb: np.ndarray, row: int) -> str:
 
 def compare_results(program: ir.Program, a: RunResult, b: RunResult, fields=None) -> Divergence | None:
     """For fast mode, whose traces depend on the schedule: compare final request state
-    only, and only `fields` when given (e.g. the committed tokens, when other fields
-    such as KV bookkeeping legitimately depend on the schedule)."""
+    only, and only `fields` when given (e.g. the declared output, when other fields
+    legitimately depend on the schedule)."""
     from numpy.lib.recfunctions import repack_fields
 
     names = list(fields) if fields else list(a.requests.dtype.names)
@@ -137,6 +137,7 @@ def compare_results(program: ir.Program, a: RunResult, b: RunResult, fields=None
 
 
 def committed_output_fields(program: ir.Program) -> list[str] | None:
-    """The bundled pipeline's schedule-independent result: its committed tokens."""
-    names = {f.name for f in program.request_fields}
-    return ["out_tokens", "n_out"] if {"out_tokens", "n_out"} <= names else None
+    """The schedule-independent result fast mode is compared on: the fields of the pipeline's
+    `output FIELD[COUNT]` declaration; None (the whole request state) without one."""
+    out = program.tooling.output
+    return [out.field, out.count] if out is not None else None

@@ -86,7 +86,7 @@ _NOT_NAMES = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn", "stage",
     "arbiter", "trace", "done", "when", "let", "if", "elif", "else", "for", "in", "break", "continue", "return",
     "has", "true", "false", "as", "req_id", "min", "max", "abs", "clamp", "sqrt", "i32", "u32", "f32", "bool",
-    "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor",
+    "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor", "exp", "log", "tanh", "rsqrt",
 }
 
 
@@ -525,6 +525,9 @@ class Generator:
         return E(f"{name}({', '.join(a.text for a in args)})", all(a.const for a in args), any(a.flex for a in args))
 
     def builtin_call(self, ctx: Ctx, t: str, d: int) -> E | None:
+        if t == "f32":  # the exact math builtins, on edge values and ordinary ones alike
+            a = self.expr(ctx, "f32", d)
+            return E(f"{self.pick(['exp', 'log', 'tanh', 'rsqrt'])}({a.text})", False, a.flex)
         if t == "u32":
             a = self.expr(ctx, "u32", d)
             return E(f"hash_u32({a.text})", False, a.flex)
@@ -557,8 +560,10 @@ class Generator:
             return E(f"(-{a.text})", a.const, a.flex)
         if r < 0.62:
             return self.cast_from(ctx, "f32", d)
-        if r < 0.8:
+        if r < 0.75:
             return self.intrinsic(ctx, "f32", d)
+        if r < 0.85:
+            return self.builtin_call(ctx, "f32", d)
         return self.common(ctx, t, d)
 
     def bool_expr(self, ctx: Ctx, t: str, d: int) -> E:

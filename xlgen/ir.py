@@ -445,6 +445,48 @@ class Trace:
     loc: Loc = field(default=NOWHERE, compare=False)
 
 
+# ---- what the pipeline declares for the tools (they change no generated code) ----------
+
+
+@dataclass(frozen=True)
+class Output:
+    """`output FIELD[COUNT]`: the request's output is the first COUNT elements of FIELD."""
+    field: str
+    count: str
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class MetricTerm:
+    """AGG over FIELD: of the final state (stage None) or of STAGE's trace records."""
+    agg: str  # one of METRIC_AGGREGATES
+    field: str
+    stage: str | None = None
+    shared: bool = False  # FIELD is a shared field (final state only)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """`metric NAME[GROUP] = TERM [/ TERM]`: one value, and one per member of GROUP's enum."""
+    name: str
+    terms: tuple[MetricTerm, ...]  # one, or a numerator and a denominator
+    group: str | None = None  # a request field of an enum type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+METRIC_AGGREGATES = ("sum", "mean", "min", "max", "var")
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """The declarations xlgen's tools read (sim, diff, bench, demo): docs/language.md."""
+    output: Output | None = None
+    progress: str | None = None  # a traced stage whose trace holds output.count
+    metrics: tuple[Metric, ...] = ()
+    companion: str | None = None  # the companion module's path (resolved against the declaring file)
+    companion_loc: Loc = field(default=NOWHERE, compare=False)
+
+
 @dataclass(frozen=True)
 class Program:
     name: str
@@ -462,6 +504,7 @@ class Program:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     library: bool = False  # checked on its own, without `pipeline NAME`: nothing to build
     tensors: tuple[Tensor, ...] = ()
+    tooling: Tooling = field(default_factory=Tooling)
 
     def field(self, name: str) -> FieldDecl:
         return next(f for f in self.request_fields if f.name == name)

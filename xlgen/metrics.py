@@ -1,5 +1,7 @@
-"""Metrics computed from traces: per-request series of a traced field, and the
-bundled pipeline's speculation summary (acceptance, block sizes) by profile.
+"""Metrics computed from a run's records and final state, for any pipeline: per-request
+series of a traced field, the metrics a pipeline declares (`metric`), its output count
+(`output`), trace-based timing (latency, and TTFT / inter-token latency with `progress`),
+and counts of records and outcomes.
 """
 
 from __future__ import annotations
@@ -50,74 +52,211 @@ def trace_series(program: ir.Program, result: RunResult, stage: str, field: str)
     return out
 
 
-@dataclass
-class ProfileRow:
-    profile: str
-    requests: int
-    tokens: int
-    proposed: int
-    accepted: int
-    steps: int
-    mean_block: float
-    var_block: float
+# ---- what the pipeline declares (docs/language.md, "Declarations for the tools") ---------
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
+def finished_requests(result: RunResult) -> list[int]:
+    """Ids of the requests with a done record (not stopped by an error or the watchdog)."""
+    from .runtime.sim import KIND_DONE
 
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.accepted / self.steps if self.steps else 0.0
+    table = result.record_table
+    return sorted(set(table["req_id"][table["kind"] == KIND_DONE].tolist()))
 
 
-def speculation_summary(program: ir.Program, result: RunResult) -> list[ProfileRow]:
-    """The bundled pipeline's per-profile summary (needs its fields and traces)."""
-    profile_type = program.field("profile").type
-    blocks = trace_series(program, result, "spec_verify", "current_block_size")
-    reqs = result.requests
-    rows = []
-    for value, name in enumerate(profile_type.members):
-        ids = np.nonzero(reqs["profile"] == value)[0]
-        if len(ids) == 0:
+def output_count(program: ir.Program, result: RunResult) -> int | None:
+    """The `output` declaration's count summed over the requests (tokens, for a decoder); None
+    when the pipeline declares no output."""
+    out = program.tooling.output
+    if out is None:
+        return None
+    if len(result.requests) == 0:
+        return 0
+    length = result.requests.dtype[out.field].shape[0]
+    return int(np.clip(result.requests[out.count].astype(np.int64), 0, length).sum())
+
+
+def _aggregate(agg: str, values: np.ndarray):
+    if agg == "sum":
+        return int(values.sum()) if values.dtype.kind in "iub" else float(values.astype(np.float64).sum())
+    if len(values) == 0:
+        return None  # no value: a mean, min, max or variance of nothing
+    if agg == "mean":
+        return float(values.astype(np.float64).mean())
+    if agg == "var":
+        return float(values.astype(np.float64).var())
+    pick = values.min() if agg == "min" else values.max()
+    return float(pick) if values.dtype.kind == "f" else int(pick)
+
+
+def _term_values(program: ir.Program, result: RunResult, term: ir.MetricTerm, ids: np.ndarray | None):
+    if term.shared:
+        return np.asarray(result.shared[term.field]).reshape(-1)[:1]
+    if term.stage is None:
+        column = result.requests[term.field]
+        return column if ids is None else column[ids]
+    trace = next(t for t in program.traces if t.stage == term.stage)
+    offset, t = _word_offset(program, trace, term.field)
+    rows = result.records[result.records[:, 2] == trace.index] if len(result.records) else result.records
+    if ids is not None:
+        rows = rows[np.isin(rows[:, 0], ids)]
+    return decode_words(rows[:, REC_HEADER + offset], t) if len(rows) else np.zeros(0)
+
+
+def metric_value(program: ir.Program, result: RunResult, metric: ir.Metric, ids: np.ndarray | None = None):
+    """One declared metric over the requests `ids` (all when None): a number, or None when it
+    has no value (a mean of nothing, a ratio over 0)."""
+    values = [_aggregate(t.agg, _term_values(program, result, t, ids)) for t in metric.terms]
+    if len(values) == 1:
+        return values[0]
+    num, den = values
+    if num is None or den is None or den == 0:
+        return None
+    return float(num) / float(den)
+
+
+def declared_metrics(program: ir.Program, result: RunResult) -> dict:
+    """Every `metric` of the pipeline: {name: value}, and for `metric NAME[GROUP]` also
+    {NAME[MEMBER]: value} for each member of GROUP's enum that some request has."""
+    out: dict = {}
+    for m in program.tooling.metrics:
+        out[m.name] = metric_value(program, result, m)
+        for member, ids in _groups(program, result, m.group):
+            out[f"{m.name}[{member}]"] = metric_value(program, result, m, ids)
+    return out
+
+
+def _groups(program: ir.Program, result: RunResult, group: str | None):
+    if group is None:
+        return []
+    members = program.field(group).type.members
+    column = result.requests[group]
+    return [(name, ids) for value, name in enumerate(members) if len(ids := np.nonzero(column == value)[0])]
+
+
+def metric_groups(program: ir.Program, result: RunResult) -> dict[str, list[tuple[str, int]]]:
+    """{group field: [(member, requests with it)]} for the fields the metrics are grouped by."""
+    out = {}
+    for m in program.tooling.metrics:
+        if m.group is not None and m.group not in out:
+            out[m.group] = [(name, len(ids)) for name, ids in _groups(program, result, m.group)]
+    return out
+
+
+def format_metrics(program: ir.Program, values: dict) -> str:
+    """Metrics as lines of `name value`; a grouped metric's members as a table per group field."""
+    def show(v) -> str:
+        if v is None:
+            return "n/a"
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    grouped = {m.name: m.group for m in program.tooling.metrics if m.group is not None}
+    plain = {k: v for k, v in values.items() if "[" not in k}
+    width = max((len(k) for k in plain), default=0)
+    lines = [f"  {k:<{width}}  {show(v)}" for k, v in plain.items()]
+    for group in dict.fromkeys(grouped.values()):
+        names = [n for n, g in grouped.items() if g == group]
+        members = [k.split("[", 1)[1][:-1] for k in values if k.startswith(f"{names[0]}[")]
+        if not members:
             continue
-        history = np.concatenate([blocks[i][1] for i in ids if i in blocks] or [np.zeros(0)])
-        rows.append(ProfileRow(
-            profile=name,
-            requests=len(ids),
-            tokens=int(reqs["n_out"][ids].sum()),
-            proposed=int(reqs["total_proposed"][ids].sum()),
-            accepted=int(reqs["total_accepted"][ids].sum()),
-            steps=int(reqs["iterations"][ids].sum()),
-            mean_block=float(history.mean()) if len(history) else 0.0,
-            var_block=float(history.var()) if len(history) else 0.0,
-        ))
-    return rows
-
-
-def format_summary(rows: list[ProfileRow]) -> str:
-    header = f"{'profile':<11} {'requests':>8} {'tokens':>8} {'accept':>7} {'mean acc len':>12} {'mean B':>7} {'var B':>7}"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r.profile:<11} {r.requests:>8} {r.tokens:>8} {r.acceptance_rate:>7.3f} "
-                     f"{r.mean_accepted_length:>12.2f} {r.mean_block:>7.2f} {r.var_block:>7.2f}")
+        cols = [max(len(n), 8) for n in names]
+        head = max(len(group), *(len(m) for m in members))
+        lines.append(f"  by {group}:")
+        lines.append(f"    {'':<{head}}  " + "  ".join(f"{n:>{c}}" for n, c in zip(names, cols)))
+        for member in members:
+            cells = "  ".join(f"{show(values.get(f'{n}[{member}]')):>{c}}" for n, c in zip(names, cols))
+            lines.append(f"    {member:<{head}}  {cells}")
     return "\n".join(lines)
 
 
-def block_size_trajectories(program: ir.Program, result: RunResult, req_ids) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """{request: (answer progress 0..1 at each speculation step, block size chosen there)}."""
-    blocks = trace_series(program, result, "spec_verify", "current_block_size")
-    commits = trace_series(program, result, "commit", "n_out")
-    out = {}
-    for i in req_ids:
-        if i not in blocks:
+def collect_metrics(program: ir.Program, result: RunResult, max_active: int, run=None, stamps=None) -> dict:
+    """Everything a run's metrics say, for any pipeline: output elements (with `output`), the
+    declared metrics, trace-based timing, and the companion's @metrics (given `run`, an
+    xlgen.companion.Run)."""
+    out: dict = {}
+    count = output_count(program, result)
+    if count is not None:
+        out["output_elements"] = count
+    out.update(declared_metrics(program, result))
+    if "fast" not in result.backend and "interleaved" not in result.backend:  # rounds of the whole batch
+        out.update(timing_metrics(program, result, max_active, stamps))
+    if run is not None:
+        from .companion import of_program
+
+        companion = of_program(program)
+        for hook in companion.of("metrics") if companion else ():
+            out.update(companion.call(hook, run) or {})
+    return out
+
+
+def _admitted_and_ended(result: RunResult, max_active: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request, in the deterministic round model: the round it was admitted in, the round
+    it ended in (done or an error; the last round run when unfinished) and whether it ended."""
+    from .runtime.ops import ERR_WATCHDOG
+    from .runtime.sim import KIND_DONE, KIND_ERROR
+
+    n, rounds = len(result.requests), int(result.rounds)
+    table = result.record_table
+    watchdog = (table["kind"] == KIND_ERROR) & (table["words"][:, 0] == ERR_WATCHDOG)
+    ended = np.isin(table["kind"], [KIND_DONE, KIND_ERROR]) & ~watchdog
+    end = np.full(n, rounds - 1, dtype=np.int64)  # unfinished (watchdog): busy through the last round run
+    end[table["req_id"][ended]] = table["round"][ended]
+    finished = np.zeros(n, dtype=bool)
+    finished[table["req_id"][ended]] = True
+    # Request i is admitted at the start of the first round r with i < max_active + (requests
+    # finished by the end of round r - 1); finishes in a round are counted with np.bincount.
+    freed = np.bincount(end[finished] + 1, minlength=rounds + 1)[: rounds + 1] if rounds else np.zeros(1, np.int64)
+    slots_by_round = max_active + np.cumsum(freed)  # slots ever opened by the start of each round
+    admitted_at = np.searchsorted(slots_by_round, np.arange(n), side="right")
+    return admitted_at, end, finished
+
+
+def _percentiles(prefix: str, values, qs=(50, 95, 99)) -> dict:
+    if len(values) == 0:
+        return {}
+    return {f"{prefix}_p{q}": float(np.percentile(values, q)) for q in qs}
+
+
+def timing_metrics(program: ir.Program, result: RunResult, max_active: int, stamps=None) -> dict:
+    """Trace-based timing, in rounds (every pipeline), and in microseconds when `stamps`
+    (the GPU's round_end_ns: stamps[k] is when round k - 1 ended, from the launch) are given:
+
+    every time is counted from the launch, when every request of a workload arrives (a request
+    that waits for a slot of the batch waits on the clock):
+
+    - latency: to the end of the round the request finished in (done or an error);
+    - with `output` and `progress` declared, ttft (to the end of the round of the first
+      progress record that raised the output count) and itl (inter-token: the time between
+      two such records, shared by the elements the later one added)."""
+    out: dict = {}
+    if len(result.requests) == 0 or result.rounds == 0:
+        return out
+    _admitted, end, finished = _admitted_and_ended(result, max_active)
+    out.update(_percentiles("latency_rounds", (end + 1)[finished], (50, 99)))
+    have_stamps = stamps is not None and len(stamps) >= 2
+    if have_stamps:
+        t = np.asarray(stamps, dtype=np.float64) / 1e3  # µs from the launch
+        out.update(_percentiles("latency_us", t[np.clip(end + 1, 0, len(t) - 1)][finished], (50, 99)))
+    tooling = program.tooling
+    if tooling.output is None or tooling.progress is None:
+        return out
+    series = trace_series(program, result, tooling.progress, tooling.output.count)
+    for unit, clock in (("rounds", lambda r: (r + 1).astype(np.float64)),
+                        ("us", (lambda r: t[np.clip(r + 1, 0, len(t) - 1)]) if have_stamps else None)):
+        if clock is None:
             continue
-        rounds, b = blocks[i]
-        c_rounds, n_out = commits.get(i, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
-        # Tokens committed before each step: the last commit of an earlier round.
-        before = np.searchsorted(c_rounds, rounds, side="left") - 1
-        done = np.where(before >= 0, n_out[np.clip(before, 0, None)] if len(n_out) else 0, 0)
-        limit = max(int(result.requests["token_limit"][i]), 1)
-        out[i] = (done / limit, b)
+        ttft, itl = [], []
+        for _req, (rounds, counts) in series.items():
+            times = clock(rounds.astype(np.int64))
+            gained = np.diff(np.concatenate([[0], counts.astype(np.int64)]))
+            first = np.nonzero(gained > 0)[0]
+            if len(first) == 0:
+                continue
+            ttft.append(times[first[0]])
+            previous = first[0]
+            for k in first[1:]:  # each element of a step waited (t_k - t_previous) / elements
+                itl.extend([(times[k] - times[previous]) / gained[k]] * int(gained[k]))
+                previous = k
+        out.update(_percentiles(f"ttft_{unit}", ttft, (50, 99)))
+        out.update(_percentiles(f"itl_{unit}", itl))
     return out
 
 
@@ -183,21 +322,6 @@ def slot_utilisation(result: RunResult, max_active: int) -> SlotUtilisation:
     error), and a slot freed in round r is taken in round r + 1. The watchdog's error
     records carry the round after the last one run, in which no request was busy.
     Reconstructed from the records, so it holds for every deterministic backend."""
-    from .runtime.ops import ERR_WATCHDOG
-    from .runtime.sim import KIND_DONE, KIND_ERROR
-
-    n, rounds = len(result.requests), int(result.rounds)
-    table = result.record_table
-    watchdog = (table["kind"] == KIND_ERROR) & (table["words"][:, 0] == ERR_WATCHDOG)
-    ended = np.isin(table["kind"], [KIND_DONE, KIND_ERROR]) & ~watchdog
-    end = np.full(n, rounds - 1, dtype=np.int64)  # unfinished (watchdog): busy through the last round run
-    end[table["req_id"][ended]] = table["round"][ended]
-    finished = np.zeros(n, dtype=bool)
-    finished[table["req_id"][ended]] = True
-    # Request i is admitted at the start of the first round r with i < max_active + (requests
-    # finished by the end of round r - 1); finishes in a round are counted with np.bincount.
-    freed = np.bincount(end[finished] + 1, minlength=rounds + 1)[: rounds + 1] if rounds else np.zeros(1, np.int64)
-    slots_by_round = max_active + np.cumsum(freed)  # slots ever opened by the start of each round
-    admitted_at = np.searchsorted(slots_by_round, np.arange(n), side="right")
+    admitted_at, end, _finished = _admitted_and_ended(result, max_active)
     busy = np.clip(end - admitted_at + 1, 0, None)
-    return SlotUtilisation(int(busy.sum()), int(max_active), rounds)
+    return SlotUtilisation(int(busy.sum()), int(max_active), int(result.rounds))

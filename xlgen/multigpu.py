@@ -3,24 +3,25 @@
 The workload's requests are split over N shards **round-robin by request id**
 (request i goes to shard i mod N), so every shard gets the same mix of a
 workload whose fields cycle or drift with the id. Requests linked to another
-request (the bundled pipeline's `graft_source_id`: a request borrowing another's
-prompt pages) stay in one shard with it: each linked group, in the order of its
+request (through the fields the companion names in `REQUEST_ID_FIELDS`; the
+bundled pipeline's prefix grafting) stay in one shard with it: each linked group, in the order of its
 first request, goes to the shard with the fewest requests so far (the lowest
 numbered on a tie), which is round-robin when there are no links. Inside a shard requests keep their relative
 order, renumbered 0..k-1 (and the links with them).
 
 Each shard runs in a Ray actor that holds one GPU (`num_gpus=1`): one launch of
-the mega-kernel per shard, each with its own shared state (its own KV pool, of
-the workload's `pool_pages`) and its own batch capacity (the workload's
-`max_active` per GPU). The results are merged by request id: the requests'
+the mega-kernel per shard, each with its own shared state (for the bundled
+pipeline, its own KV pool of the workload's size) and its own batch capacity (the
+workload's `max_active` per GPU). The results are merged by request id: the requests'
 final state and records in global ids; `shared` holds one element per shard;
 `rounds` is the longest shard's. The same actors run the simulator or the CPU
 build on CPU slots (`backend="sim"` / `"cpu"`), which is how CI checks the
 sharding without a GPU.
 
-Committed tokens do not depend on which requests share a GPU (the models are
-per request), so they must equal the single-GPU run's for every request, and
-plain greedy decoding's (xlgen.reference); `bench_sharded` checks both.
+A pipeline's output (its `output` declaration) must not depend on which requests
+share a GPU when its models are per request: `bench_sharded` checks it against
+the single-GPU run's for every request, and against the companion's `@reference`
+(for the bundled pipeline, plain greedy decoding).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ import numpy as np
 
 from .runtime.sim import REC_HEADER, LaunchConfig, RunResult
 
-# Request fields that hold another request's id (the bundled pipeline's grafting, stages/state.xl):
-# linked requests share a shard, and these values are renumbered with the requests.
-REFERENCE_FIELDS = ("graft_source_id",)
+# A pipeline's request fields that hold another request's id are named by its companion module
+# (docs/language.md: `REQUEST_ID_FIELDS = ("field", ...)`): linked requests share a shard, and
+# these values are renumbered with the requests.
 
 
 class ShardError(RuntimeError):
@@ -54,8 +55,16 @@ class Shard:
 
 
 def reference_fields(program) -> list[str]:
+    from .companion import of_program
+
+    companion = of_program(program)
+    declared = tuple(getattr(companion.module, "REQUEST_ID_FIELDS", ())) if companion is not None else ()
     names = {f.name for f in program.request_fields}
-    return [f for f in REFERENCE_FIELDS if f in names]
+    unknown = [f for f in declared if f not in names]
+    if unknown:
+        raise ShardError(f"{companion.path}: REQUEST_ID_FIELDS names {', '.join(unknown)}, not request fields of "
+                         f"pipeline {program.name}")
+    return list(declared)
 
 
 def plan(inputs: list[dict], shards: int, links: list[str] = ()) -> list[Shard]:
@@ -247,8 +256,10 @@ class ShardedRun:
         return "\n".join(lines)
 
 
-def _tokens(result: RunResult) -> int:
-    return int(result.requests["n_out"].sum()) if "n_out" in (result.requests.dtype.names or ()) else 0
+def _tokens(program, result: RunResult) -> int:
+    """Output elements: the sum of the declared output's count (0 without an `output`)."""
+    out = program.tooling.output
+    return int(result.requests[out.count].sum()) if out is not None else 0
 
 
 class ShardPool:
@@ -287,7 +298,7 @@ class ShardPool:
                                  hang=out.get("hang", False))
         results = {s.index: out["result"] for s, out in zip(live, outs)}
         merged = merge(self.compiled.program, live, [results[s.index] for s in live], self.backend)
-        reports = [ShardReport(s.index, self.devices[s.index], len(s.ids), _tokens(out["result"]),
+        reports = [ShardReport(s.index, self.devices[s.index], len(s.ids), _tokens(self.compiled.program, out["result"]),
                                out["result"].rounds, out["wall_ms"], out["kernel_ms"]) for s, out in zip(live, outs)]
         return ShardedRun(merged, reports, e2e_ms)
 
@@ -308,47 +319,41 @@ def run_sharded(compiled, pipeline_path, workload, workers: int, backend: str = 
 # ---- checks and the benchmark ----------------------------------------------------------------
 
 def committed_differences(program, a: RunResult, b: RunResult) -> list[int]:
-    """Requests whose committed tokens differ between two runs (the bundled pipeline's out_tokens
-    up to n_out; for another pipeline, its whole final request state)."""
-    from .diff import committed_output_fields
-
-    fields = committed_output_fields(program)
-    if fields is None:
+    """Requests whose output differs between two runs (the declared `output FIELD[COUNT]`: its
+    first COUNT elements; without one, the whole final request state)."""
+    out = program.tooling.output
+    if out is None:
         names = a.requests.dtype.names
         return [i for i in range(len(a.requests))
                 if any(not np.array_equal(a.requests[f][i], b.requests[f][i]) for f in names)]
-    out = []
+    differ = []
     for i in range(len(a.requests)):
-        na, nb = int(a.requests["n_out"][i]), int(b.requests["n_out"][i])
-        if na != nb or not np.array_equal(a.requests["out_tokens"][i][:na], b.requests["out_tokens"][i][:nb]):
-            out.append(i)
-    return out
+        na, nb = int(a.requests[out.count][i]), int(b.requests[out.count][i])
+        if na != nb or not np.array_equal(a.requests[out.field][i][:na], b.requests[out.field][i][:nb]):
+            differ.append(i)
+    return differ
 
 
 def greedy_differences(compiled, params: dict, result: RunResult) -> list[int] | None:
-    """Requests whose committed tokens differ from plain greedy decoding with the target model
-    (xlgen.reference); None for a pipeline without the bundled pipeline's fields and parameters."""
-    from .reference import greedy_tokens
-    from .runtime.sim import make_params
+    """Requests whose output differs from the companion's @reference (for the bundled pipeline:
+    plain greedy decoding); None for a pipeline without an output or a reference."""
+    from .companion import of_program, params_by_name
 
-    reqs = result.requests
-    names = set(reqs.dtype.names or ())
-    module = compiled.sim_module()
-    if not {"seed", "prompt_len", "max_new_tokens", "out_tokens", "n_out"} <= names or \
-            not {"vocab", "eos_token"} <= set(module.Params.TYPES):
+    program = compiled.program
+    companion = of_program(program)
+    out = program.tooling.output
+    refs = companion.of("reference") if companion is not None else []
+    if out is None or not refs:
         return None
-    p = make_params(module, params)
-    cache: dict = {}
-    out = []
+    by_name = params_by_name(compiled.sim_module(), params)
+    reqs = result.requests
+    differ = []
     for i in range(len(reqs)):
-        key = (int(reqs["seed"][i]), int(reqs["prompt_len"][i]), int(reqs["max_new_tokens"][i]))
-        want = cache.get(key)
-        if want is None:
-            want = cache[key] = greedy_tokens(*key, p.vocab, p.eos_token)
-        n = int(reqs["n_out"][i])
-        if n != len(want) or reqs["out_tokens"][i][:n].tolist() != want:
-            out.append(i)
-    return out
+        want = [int(v) for v in companion.call(refs[0], reqs[i], by_name)]
+        n = int(reqs[out.count][i])
+        if n != len(want) or reqs[out.field][i][:n].tolist() != want:
+            differ.append(i)
+    return differ
 
 
 @dataclass

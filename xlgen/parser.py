@@ -56,7 +56,7 @@ _OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CM
               "OR_OP", "QMARK", "AS"}
 _STMT_START = {"LET", "IF", "FOR", "LANES", "BREAK", "CONTINUE", "RETURN", "NAME"}
 _ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
-               "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR"}
+               "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR", "OUTPUT", "PROGRESS", "METRIC", "COMPANION"}
 
 
 @functools.cache
@@ -321,9 +321,11 @@ KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
     "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
     "continue", "return", "as", "has", "true", "false", "lanes", "tensor",
+    "output", "progress", "metric", "companion",  # declarations for the tools
 }
 _ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
-                  "arbiter", "collective", "trace", "done", "pipeline", "tensor"}
+                  "arbiter", "collective", "trace", "done", "pipeline", "tensor", "output", "progress", "metric",
+                  "companion"}
 
 
 def _missing_brace(stack: list[Token]) -> str:
@@ -357,7 +359,7 @@ def _hint(tok: Token, accepts: set, stack: list[Token], following: str) -> str:
         if not any(t.type == opener for t in stack):
             return f" (no open '{ {'RPAR': '(', 'RSQB': '[', 'RBRACE': '{'}[tok.type]}' to close)"
     if tok.type == "STRING":
-        return " (strings are only used by 'import')"
+        return " (strings are only used by 'import' and 'companion')"
     return ""
 
 
@@ -546,6 +548,52 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def done_decl(self, meta, children):
         node = A.DoneDecl(children[0], loc=self._loc(meta))
+        self._line(meta, C.head(node))
+        return node
+
+    # ---- declarations for the tools
+    def _ident(self, tok) -> A.Ident:
+        return A.Ident(str(tok), loc=_loc_of(self.file, tok))
+
+    @v_args(meta=True)
+    def output_decl(self, meta, children):
+        field, count = children
+        node = A.OutputDecl(self._ident(field), self._ident(count), loc=self._loc(meta))
+        self._line(meta, C.head(node))
+        return node
+
+    @v_args(meta=True)
+    def progress_decl(self, meta, children):
+        node = A.ProgressDecl(self._ident(children[0]), loc=self._loc(meta))
+        self._line(meta, C.head(node))
+        return node
+
+    @v_args(meta=True)
+    def metric_decl(self, meta, children):
+        name, *rest = children
+        group = rest.pop(0) if rest and isinstance(rest[0], A.Ident) else None
+        op = str(rest[1]) if len(rest) == 3 else None
+        terms = (rest[0], rest[2]) if len(rest) == 3 else (rest[0],)
+        node = A.MetricDecl(str(name), group, terms, op, loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
+
+    def metric_group(self, children):
+        return self._ident(children[0])
+
+    @v_args(meta=True)
+    def metric_of_state(self, meta, children):
+        agg, field = children
+        return A.MetricTerm(self._ident(agg), self._ident(field), None, loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def metric_of_trace(self, meta, children):
+        agg, stage, field = children
+        return A.MetricTerm(self._ident(agg), self._ident(field), self._ident(stage), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def companion_decl(self, meta, children):
+        node = A.CompanionDecl(str(children[0])[1:-1], loc=self._loc(meta))
         self._line(meta, C.head(node))
         return node
 

@@ -20,7 +20,7 @@ _LEVELS = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "has"), ("|",), 
 PRECEDENCE = {op: i + 2 for i, ops in enumerate(_LEVELS) for op in ops}
 COND_PREC, CAST_PREC, UNARY_PREC, ATOM_PREC = 1, 11, 12, 13
 NON_ASSOCIATIVE = set(_LEVELS[2])
-ONE_LINERS = (A.Import, A.Const, A.Param, A.BuiltinDecl, A.TraceDecl)
+ONE_LINERS = (A.Import, A.Const, A.Param, A.BuiltinDecl, A.TraceDecl, A.MetricDecl)
 
 
 def format_module(module: A.Module) -> str:
@@ -148,7 +148,27 @@ def _one_line_item(item) -> str:
         return f"trace {item.stage}: {', '.join(f.name for f in item.fields)}"
     if isinstance(item, A.DoneDecl):
         return f"done when {expr(item.cond)}"
+    return _tool_declaration(item)
+
+
+def _tool_declaration(item) -> str:
+    """The declarations for the tools (output, progress, metric, companion)."""
+    if isinstance(item, A.OutputDecl):
+        return f"output {item.field.name}[{item.count.name}]"
+    if isinstance(item, A.ProgressDecl):
+        return f"progress {item.stage.name}"
+    if isinstance(item, A.MetricDecl):
+        group = f"[{item.group.name}]" if item.group is not None else ""
+        terms = f" {item.op} ".join(_metric_term(t) for t in item.terms)
+        return f"metric {item.name}{group} = {terms}"
+    if isinstance(item, A.CompanionDecl):
+        return f'companion "{item.path}"'
     raise TypeError(item)
+
+
+def _metric_term(term) -> str:
+    of = f"{term.stage.name}.{term.field.name}" if term.stage is not None else term.field.name
+    return f"{term.agg.name}({of})"
 
 
 def _simple_stmt(s) -> str:

@@ -2,18 +2,18 @@
 
 A spec is a small TOML file (docs/sweep.md):
 
-    pipeline = "../stages/xl_spec.xl"        # relative to the spec
-    workloads = ["mixed", "kv_pressure"]     # bundled names or JSON files
+    pipeline = "pipeline.xl"                 # relative to the spec
+    workloads = ["requests.json"]            # bundled names or JSON files
     backends = ["sim"]                       # sim, cpu, gpu, gpu-fast
     repeats = 1                              # runs per point; wall times are their median
-    metrics = ["tokens", "acceptance_rate"]  # the table's columns (default: every metric)
+    metrics = ["tokens", "rounds"]           # the table's columns (default: every metric)
 
     [grid]                                   # every combination of these values
-    fixed_block = [0, 4, 8]                  # launch parameters of the pipeline...
+    budget = [4, 8, 16]                      # launch parameters of the pipeline...
     max_active = [16, 32]                    # ...and max_active, max_rounds, count
 
     [[points]]                               # and/or points named one by one
-    fixed_block = 2
+    budget = 2
 
     [[plot]]                                 # a metric against a swept column, a line per policy
     x = "max_active"
@@ -178,7 +178,7 @@ def load_spec(path: str | Path) -> Spec:
             base_axes[key] = data[key] if isinstance(data[key], list) else [data[key]]
     grid = data.get("grid", {})
     if not isinstance(grid, dict):
-        errors.append("grid: give a table of column = [values], e.g. [grid] fixed_block = [4, 8]")
+        errors.append("grid: give a table of column = [values], e.g. [grid] max_active = [16, 32]")
         grid = {}
     grid_axes = dict(base_axes)
     for key, values in grid.items():
@@ -479,17 +479,18 @@ def _run_backend(backend: str, compiled, module, workload, timeout):
 
 
 def point_metrics(compiled, workload, result, walls: list[float]) -> dict:
-    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.bench, xlgen.metrics)."""
-    from .bench import kv_metrics_of_run, latency_metrics, run_metrics, speculation_metrics
-    from .diff import committed_output_fields
+    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.bench, xlgen.metrics):
+    counts and timing for every pipeline; output elements and tokens/s with an `output`
+    declaration; the declared metrics and the companion's @metrics (docs/language.md)."""
+    from .bench import pipeline_metrics, run_metrics
     from .metrics import run_counts
 
     wall = statistics.median(walls)
     c = run_counts(result)
     out = {"requests": c.requests, "done": c.done, "failed_requests": c.failed + c.unfinished, "rounds": result.rounds}
-    fields = committed_output_fields(compiled.program)
-    if fields and "n_out" in result.requests.dtype.names:
-        out["tokens"] = int(result.requests["n_out"].sum())
+    declared = pipeline_metrics(compiled, workload, result)
+    if "output_elements" in declared:
+        out["tokens"] = declared.pop("output_elements")
         out["tokens_per_s"] = out["tokens"] / wall if wall > 0 else 0.0
     out["wall_s"] = wall
     if len(walls) > 1:
@@ -502,12 +503,7 @@ def point_metrics(compiled, workload, result, walls: list[float]) -> dict:
         metrics = run_metrics(result, workload.config.max_active)
         out["slot_utilisation"] = metrics.pop("slot_utilisation")
         out.update({k: v for k, v in metrics.items() if k in ("runtime_errors", "watchdog_stops")})
-    out.update(speculation_metrics(compiled.program, result))
-    out.update(latency_metrics(compiled.program, result))
-    try:
-        out.update(kv_metrics_of_run(compiled, workload, result))
-    except (KeyError, AttributeError, ValueError):
-        pass  # a pipeline without the bundled KV cache's fields
+    out.update(declared)
     if out["failed_requests"]:
         out["_failure"] = _failure_text(compiled, result, c)
     return {k: _plain(v) for k, v in out.items()}

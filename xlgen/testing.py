@@ -13,6 +13,9 @@ or, with the `xl_diff` fixture this module registers as a pytest plugin:
 
 The simulator is the reference; the CPU build is always compared, and the GPU
 (deterministic mode) too when CuPy finds a GPU, unless `backends` says otherwise.
+When the pipeline declares a companion module, its invariants are checked after
+every simulator round and on every backend's final state, and its reference
+decoder against the declared output (`check_companion=False` skips both).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class BackendMismatch(AssertionError):
     pass
 
 
+class CompanionCheckFailed(AssertionError):
+    """A companion's invariant was violated, or an output differs from its reference."""
+
+
 def default_backends() -> list[str]:
     from .runtime import gpu
 
@@ -37,7 +44,7 @@ def default_backends() -> list[str]:
 
 def run_backends(source: str | Path, workload: str | Path | None = None, *, inputs: list[dict] | None = None,
                  params: dict | None = None, max_active: int | None = None, max_rounds: int | None = None,
-                 backends: list[str] | None = None) -> dict[str, RunResult]:
+                 backends: list[str] | None = None, check_companion: bool = True) -> dict[str, RunResult]:
     """Run a pipeline on the simulator and the given backends; returns {backend: result}."""
     from .workload import load as load_workload, resolve
 
@@ -54,7 +61,15 @@ def run_backends(source: str | Path, workload: str | Path | None = None, *, inpu
     if max_rounds is not None:
         config.max_rounds = max_rounds
     inputs = inputs if inputs is not None else [{}]
-    results = {"sim": sim.run(module, params, inputs, config)}
+    checker = None
+    if check_companion:
+        from .companion import InvariantChecker, of_program, params_by_name
+
+        companion = of_program(compiled.program)
+        if companion is not None and (companion.of("invariant") or companion.of("reference")):
+            checker = InvariantChecker(companion, compiled.program, params_by_name(module, params))
+    observer = checker.observer if checker is not None and checker.per_round else None
+    results = {"sim": sim.run(module, params, inputs, config, observer=observer)}
     for backend in backends if backends is not None else default_backends():
         if backend == "cpu":
             results[backend] = cpu.run(compiled, params, inputs, config)
@@ -65,6 +80,7 @@ def run_backends(source: str | Path, workload: str | Path | None = None, *, inpu
         else:
             raise ValueError(f"unknown backend '{backend}' (cpu, gpu)")
     results["_program"] = compiled.program  # type: ignore[assignment]
+    results["_checker"] = checker  # type: ignore[assignment]
     return results
 
 
@@ -73,6 +89,7 @@ def assert_backends_agree(source: str | Path, workload: str | Path | None = None
     every backend reproduces the simulator's traces and final state bit for bit."""
     results = run_backends(source, workload, **kwargs)
     program = results.pop("_program")
+    checker = results.pop("_checker")
     reference = results["sim"]
     for name, result in results.items():
         if name == "sim":
@@ -80,6 +97,18 @@ def assert_backends_agree(source: str | Path, workload: str | Path | None = None
         divergence = compare(program, reference, result)
         if divergence is not None:
             raise BackendMismatch(divergence.render())
+    if checker is not None:
+        from .companion import Run, check_reference
+
+        runs = [Run(program, result, checker.params) for result in results.values()]
+        for run in runs:
+            checker.after_run(run)
+        if checker.count:
+            raise CompanionCheckFailed(checker.render())
+        if checker.companion.of("reference") and program.tooling.output is not None:
+            _checked, problems = check_reference(checker.companion, runs[0])
+            if problems:
+                raise CompanionCheckFailed("output differs from the reference:\n  " + "\n  ".join(problems))
     return results
 
 

@@ -1,15 +1,15 @@
 """Workloads: which requests a run starts with (JSON, see docs/workloads.md).
 
     {
-      "name": "mixed", "seed": 7,
+      "name": "chat", "seed": 7,
       "launch": {"max_active": 32, "max_rounds": 20000},
-      "params": {"vocab": 32000},
-      "requests": [{"prompt_len": 12, "max_new_tokens": 40}],      # explicit, and/or
+      "params": {"budget": 64},
+      "requests": [{"prompt": 12, "max_tokens": 40}],             # explicit, and/or
       "generate": {"count": 64, "fields": {
-          "prompt_len": {"uniform": [16, 128]},                      # integers if both ends are
-          "base_acceptance": {"uniform": [0.3, 0.95]},
-          "max_new_tokens": {"choice": [64, 128, 256]},
-          "profile": {"cycle": ["CONSTANT", "STRUCTURED", "BURSTY"]},  # enum members by name
+          "prompt": {"uniform": [16, 128]},                          # integers if both ends are
+          "temperature": {"uniform": [0.3, 0.95]},
+          "max_tokens": {"choice": [64, 128, 256]},
+          "tier": {"cycle": ["INTERACTIVE", "BATCH"]},               # enum members by name
           "seed": {"counter": 1000}}}                                # 1000, 1001, ...
     }
 

@@ -53,7 +53,7 @@ def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> i
     return (target + 1 + (h % (vocab - 1))) % vocab
 
 
-# The exact math functions (docs/semantics.md §4.1): defined, for floats and numpy arrays alike,
+# The exact math functions (docs/semantics.md §16.1): defined, for floats and numpy arrays alike,
 # in xlmath.py; the simulator's scalars are floats.
 b_exp = xlmath.exp
 b_log = xlmath.log

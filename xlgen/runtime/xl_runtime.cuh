@@ -196,7 +196,7 @@ XL_HD uint32_t xl_f2u(XlErr& e, int32_t k, int32_t line, float x) {
     return (uint32_t)x;
 }
 
-// ---- exact math functions (docs/semantics.md §4.1; Python: xlmath.py) --------------------
+// ---- exact math functions (docs/semantics.md §16.1; Python: xlmath.py) --------------------
 //
 // Each is a fixed sequence of correctly rounded binary32 + - * / (xl_fadd ...: never fused,
 // subnormals kept), exact bit manipulation, compares and selects: no libm, no binary64. Every

@@ -1,4 +1,4 @@
-"""The exact math functions of docs/semantics.md §4.1, in Python.
+"""The exact math functions of docs/semantics.md §16.1, in Python.
 
 exp, log, tanh, sigmoid, sqrt, rsqrt: each is one fixed sequence of correctly rounded binary32
 `+ - * /` (and sqrt), exact bit manipulation, compares and selects, so every backend gets the
@@ -31,7 +31,7 @@ _F32 = struct.Struct("<f")
 _pack, _unpack = _F32.pack, _F32.unpack
 _U32 = struct.Struct("<I")
 
-# ---- constants: binary32 values, written as exact hex floats (docs/semantics.md §4.1) --------
+# ---- constants: binary32 values, written as exact hex floats (docs/semantics.md §16.1) --------
 
 EXP_MAX = float.fromhex("0x1.62e42ep+6")  # 88.72283: above, e^x rounds to infinity
 EXP_MIN = -float.fromhex("0x1.9fe368p+6")  # -103.97208: below, e^x rounds to 0
@@ -157,7 +157,7 @@ def _exp_v(x: np.ndarray) -> np.ndarray:
 
 
 def exp(x):
-    """e^x (docs/semantics.md §4.1)."""
+    """e^x (docs/semantics.md §16.1)."""
     return _dispatch(_exp_s, _exp_v, x)
 
 
@@ -221,7 +221,7 @@ def _log_v(x: np.ndarray) -> np.ndarray:
 
 
 def log(x):
-    """The natural logarithm (docs/semantics.md §4.1)."""
+    """The natural logarithm (docs/semantics.md §16.1)."""
     return _dispatch(_log_s, _log_v, x)
 
 
@@ -260,7 +260,7 @@ def _tanh_v(x: np.ndarray) -> np.ndarray:
 
 
 def tanh(x):
-    """The hyperbolic tangent (docs/semantics.md §4.1)."""
+    """The hyperbolic tangent (docs/semantics.md §16.1)."""
     return _dispatch(_tanh_s, _tanh_v, x)
 
 
@@ -288,7 +288,7 @@ def _sigmoid_v(x: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x):
-    """1 / (1 + e^-x) (docs/semantics.md §4.1)."""
+    """1 / (1 + e^-x) (docs/semantics.md §16.1)."""
     return _dispatch(_sigmoid_s, _sigmoid_v, x)
 
 
