@@ -139,7 +139,7 @@ struct Params {
     int32_t eviction_policy;
 };
 
-// One request's state (the request descriptor). Layout: xlgen/layout.py.
+// One request's state (the request descriptor). Layout: xlgen/backends/layout.py.
 struct Request {
     uint32_t seed;
     int32_t prompt_len;
@@ -188,7 +188,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1322 * 4, "Request layout must match xlgen/layout.py");
+static_assert(sizeof(Request) == 1322 * 4, "Request layout must match xlgen/backends/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -215,7 +215,7 @@ struct Shared {
     int32_t kv_evict_short;
     uint32_t kv_evict_for_committed;
 };
-static_assert(sizeof(Shared) == 114703 * 4, "Shared layout must match xlgen/layout.py");
+static_assert(sizeof(Shared) == 114703 * 4, "Shared layout must match xlgen/backends/layout.py");
 constexpr int32_t XL_SHARED_WORDS = 114703;
 
 // Words of the largest collective stage's frame (its top-level locals).
@@ -536,7 +536,7 @@ struct Frame_kv_manage {
     int32_t own_committed;
     int32_t own_draft;
 };
-static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 constexpr int XL_kv_manage_COLLECTIVES = 7;
 // Collective k's operation and its contribution's word kind.
 XL_HD int xl_kv_manage_op(int k) {
@@ -1353,7 +1353,7 @@ struct Frame_kv_collect {
     int32_t total;
     int32_t slot;
 };
-static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 constexpr int XL_kv_collect_COLLECTIVES = 4;
 // Collective k's operation and its contribution's word kind.
 XL_HD int xl_kv_collect_op(int k) {
@@ -1540,7 +1540,7 @@ struct Frame_kv_evict {
     int32_t found;
     int32_t first;
 };
-static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/emit_cpp.py");
+static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 constexpr int XL_kv_evict_COLLECTIVES = 5;
 // Collective k's operation and its contribution's word kind.
 XL_HD int xl_kv_evict_op(int k) {

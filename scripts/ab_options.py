@@ -9,9 +9,9 @@ import os
 import statistics
 import sys
 
-from xlgen.build import load
+from xlgen.backends.build import load
 from xlgen.runtime import gpu
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 OPTIONS = sys.argv[1:] or [""]
 compiled = load("stages/xl_spec.xl")

@@ -1,11 +1,11 @@
-"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/fuzzgen.py),
+"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/tools/fuzzgen.py),
 simulator against the CPU build, over a range of seeds, one process per core.
 
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
     BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
 
 Progress every 500 programs on stdout; result.json lists every failing seed with what failed.
-Reproduce one: `python -c "from xlgen.fuzzgen import generate; print(generate(SEED).source)"`.
+Reproduce one: `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`.
 """
 
 import json
@@ -20,7 +20,7 @@ from multiprocessing import Pool
 
 def one(seed: int):
     """(seed, None) when the simulator and the CPU build agree on every launch; else what failed."""
-    from xlgen.fuzzgen import generate, run_case
+    from xlgen.tools.fuzzgen import generate, run_case
 
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache

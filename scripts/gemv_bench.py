@@ -19,7 +19,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xlgen.build import load  # noqa: E402
+from xlgen.backends.build import load  # noqa: E402
 from xlgen.runtime import sim  # noqa: E402
 
 ROWS, COLS, REPS, REQUESTS = 128, 512, 16, 32

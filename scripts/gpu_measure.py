@@ -17,11 +17,11 @@ import statistics
 import sys
 import time
 
-from xlgen.build import load, load_text
-from xlgen.diff import compare
+from xlgen.backends.build import load, load_text
+from xlgen.tools.diff import compare
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import KIND_DONE, LaunchConfig
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 results = {}
 T0 = time.time()

@@ -3,10 +3,10 @@
 import sys
 import time
 
-from xlgen.build import load
-from xlgen.diff import committed_output_fields, compare, compare_results
+from xlgen.backends.build import load
+from xlgen.tools.diff import committed_output_fields, compare, compare_results
 from xlgen.runtime import gpu, sim
-from xlgen.workload import load as load_workload
+from xlgen.tools.workload import load as load_workload
 
 t0 = time.time()
 compiled = load("stages/xl_spec.xl")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import sys
 import time
 
-from xlgen.build import load
-from xlgen.diff import compare
-from xlgen.companion import load as load_companion
+from xlgen.backends.build import load
+from xlgen.tools.diff import compare
+from xlgen.tools.companion import load as load_companion
 from xlgen.runtime import cpu, sim
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()

@@ -1,7 +1,7 @@
 """Measure the exact math functions (docs/semantics.md §16.1) and check that every backend agrees.
 
 The functions are defined once as a sequence of binary32 operations and implemented in
-xl_runtime.cuh (C++/CUDA) and xlgen/runtime/xlmath.py (Python floats and numpy arrays).
+xl_runtime.cuh (C++/CUDA) and xlgen/semantics/xlmath.py (Python floats and numpy arrays).
 
   python scripts/math_ulp.py                      # all 2^32 inputs of every function, C++ (OpenMP)
   python scripts/math_ulp.py --functions exp,log  # some of them
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xlgen.runtime import xlmath  # noqa: E402
+from xlgen.semantics import xlmath  # noqa: E402
 from xlgen.runtime.cpu import CXX_FLAGS, compiler  # noqa: E402
 
 FUNCTIONS = ["exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt"]  # the order of XLM_* in math_ulp.cpp

@@ -19,9 +19,9 @@ import sys
 
 import numpy as np
 
-from xlgen.build import load
+from xlgen.backends.build import load
 from xlgen.runtime import gpu
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 PHASES = sys.argv[1:] == ["phases"]
 if PHASES:

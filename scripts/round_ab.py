@@ -15,11 +15,11 @@ import sys
 
 import cupy
 
-from xlgen.build import load, load_text
-from xlgen.diff import compare
+from xlgen.backends.build import load, load_text
+from xlgen.tools.diff import compare
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 args = sys.argv[1:]
 baselines = "--baselines" in args

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from xlgen import runtime
-from xlgen.build import build_pipeline, load, render
-from xlgen.checker import load_program
+from xlgen.backends.build import build_pipeline, load, render
+from xlgen.frontend.checker import load_program
 from xlgen.cli import main
-from xlgen.resources import runtime_dir
-from xlgen.testing import BackendMismatch, assert_backends_agree
+from xlgen.core.resources import runtime_dir
+from xlgen.tools.testing import BackendMismatch, assert_backends_agree
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = "stages/xl_spec.xl"

@@ -13,11 +13,11 @@ import struct
 import pytest
 
 from test_semantics_backends import run_on as run_in_both
-from xlgen.build import load_text
-from xlgen.diff import compare_results
-from xlgen.fuzzgen import backends
+from xlgen.backends.build import load_text
+from xlgen.tools.diff import compare_results
+from xlgen.tools.fuzzgen import backends
 from xlgen.runtime import sim
-from xlgen.runtime.ops import ERR_CONFLICT, ERR_INDEX, collective, total_order_key
+from xlgen.semantics.ops import ERR_CONFLICT, ERR_INDEX, collective, total_order_key
 from xlgen.runtime.sim import KIND_ERROR, REC_HEADER
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.gpu) if b == "gpu" else b for b in backends()]

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from test_kv_cache import KV_ON, SCENARIOS, _check_tokens
-from xlgen.build import load, load_text
-from xlgen.diff import compare_results
+from xlgen.backends.build import load, load_text
+from xlgen.tools.diff import compare_results
 from xlgen.runtime import sim
 from xlgen.runtime.sim import KIND_DONE, LaunchConfig
-from xlgen.workload import from_dict
-from xlgen.companion import load as load_companion
+from xlgen.tools.workload import from_dict
+from xlgen.tools.companion import load as load_companion
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from xlgen.checker import load_program
-from xlgen.parser import parse_text
-from xlgen.printer import format_module
+from xlgen.frontend.checker import load_program
+from xlgen.frontend.parser import parse_text
+from xlgen.frontend.printer import format_module
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 EXAMPLES = re.findall(r"```xl\n(.*?)```", DOC.read_text(), re.S)
@@ -29,7 +29,7 @@ def test_example_checks(index, tmp_path):
 
 
 def test_keyword_list_matches_the_grammar():
-    from xlgen.parser import KEYWORDS, _terminal_text
+    from xlgen.frontend.parser import KEYWORDS, _terminal_text
 
     words = {t for t in _terminal_text().values() if t.isalpha()}
     assert words == KEYWORDS

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xlgen.checker import load_program
+from xlgen.frontend.checker import load_program
 from xlgen.cli import main
-from xlgen.diagnostics import CompileError
-from xlgen.parser import MAX_NESTING, ParseFailure, comment_tokens, parse_text
-from xlgen.printer import format_module
+from xlgen.core.diagnostics import CompileError
+from xlgen.frontend.parser import MAX_NESTING, ParseFailure, comment_tokens, parse_text
+from xlgen.frontend.printer import format_module
 
 PROGRAMS = Path(__file__).parent / "programs"
 SEEDS = {p.name: p.read_text() for p in sorted(PROGRAMS.glob("*.xl"))}

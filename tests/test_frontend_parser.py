@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from xlgen import ast as A
-from xlgen.parser import MAX_NESTING, ParseFailure, comment_tokens, parse_text
+from xlgen.frontend import ast as A
+from xlgen.frontend.parser import MAX_NESTING, ParseFailure, comment_tokens, parse_text
 
 
 def parse(text: str) -> A.Module:

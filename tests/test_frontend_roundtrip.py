@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from xlgen import ast as A
-from xlgen.checker import load_program
-from xlgen.comments import all_comments
-from xlgen.parser import ParseFailure, comment_tokens, parse_text
-from xlgen.printer import format_module
+from xlgen.frontend import ast as A
+from xlgen.frontend.checker import load_program
+from xlgen.frontend.comments import all_comments
+from xlgen.frontend.parser import ParseFailure, comment_tokens, parse_text
+from xlgen.frontend.printer import format_module
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent

@@ -1,6 +1,6 @@
 """Differential fuzzing of the compiler (the technique Csmith made standard).
 
-Random well-typed pipelines (xlgen/fuzzgen.py) run on the simulator and on
+Random well-typed pipelines (xlgen/tools/fuzzgen.py) run on the simulator and on
 every other backend with random inputs, params and launch settings; traces,
 done and error records and the final state must agree bit for bit.
 
@@ -9,7 +9,7 @@ done and error records and the final state must agree bit for bit.
     XLGEN_FUZZ_SEED=100000 pytest tests/test_fuzz_backends.py       # other programs
 
 A failure prints the program (with line numbers), the launch and the first
-divergence; `python -c "from xlgen.fuzzgen import generate; print(generate(SEED).source)"`
+divergence; `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`
 reproduces it. Each program costs one C++ compile, so each runs several
 launches, and the compiles of the next programs run in the background.
 """
@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from xlgen.diagnostics import CompileError
-from xlgen.fuzzgen import backends, generate, programs, run_case
+from xlgen.core.diagnostics import CompileError
+from xlgen.tools.fuzzgen import backends, generate, programs, run_case
 
 EXAMPLES = int(os.environ.get("XLGEN_FUZZ_EXAMPLES", "40"))
 FIRST_SEED = int(os.environ.get("XLGEN_FUZZ_SEED", "0"))
@@ -36,7 +36,7 @@ BACKENDS = [pytest.param(b, marks=pytest.mark.gpu) if b == "gpu" else b for b in
 
 def _compile(case):
     """Check, generate and build the CPU library of a case: (compiled or None, the exception or None)."""
-    from xlgen.build import load_text
+    from xlgen.backends.build import load_text
     from xlgen.runtime import cpu
 
     try:
@@ -105,9 +105,9 @@ def test_backend_agrees_with_simulator_hypothesis(case, backend):
 
 def test_generated_programs_are_valid():
     """No C++ compile: the next EXAMPLES seeds (after those the differential test runs) through the checker."""
-    from xlgen.checker import PRELUDE_NAME, check_modules
-    from xlgen.parser import parse_text
-    from xlgen.resources import runtime_dir
+    from xlgen.frontend.checker import PRELUDE_NAME, check_modules
+    from xlgen.frontend.parser import parse_text
+    from xlgen.core.resources import runtime_dir
 
     prelude = (runtime_dir() / "prelude.xl").read_text()
     for seed in range(SEEDS.stop, SEEDS.stop + EXAMPLES):

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xlgen.build import load, load_text
-from xlgen.diff import committed_output_fields, compare, compare_results
+from xlgen.backends.build import load, load_text
+from xlgen.tools.diff import committed_output_fields, compare, compare_results
 from xlgen.runtime import sim
-from xlgen.runtime.ops import ERR_WATCHDOG
+from xlgen.semantics.ops import ERR_WATCHDOG
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [

@@ -5,9 +5,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from xlgen.checker import load_program
+from xlgen.frontend.checker import load_program
 from xlgen.cli import main
-from xlgen.graph import to_dot
+from xlgen.tools.graph import to_dot
 
 
 def test_bundled_state_machine_edges(monkeypatch):

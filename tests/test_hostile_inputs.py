@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from xlgen import files
+from xlgen.core import files
 from xlgen.cli import main
-from xlgen.files import MAX_SOURCE_BYTES
+from xlgen.core.files import MAX_SOURCE_BYTES
 
 OK = """\
 pipeline ok
@@ -476,7 +476,7 @@ def test_a_timeout_that_is_not_reached_changes_nothing(root):
 
 def test_ctrl_c_prints_the_same_report(root):
     """KeyboardInterrupt inside the run (here: from the per-round observer, in round 2)."""
-    from xlgen.build import load_text
+    from xlgen.backends.build import load_text
     from xlgen.runtime import sim
 
     module = load_text(OK, "ok.xl").sim_module()

@@ -4,8 +4,8 @@ against the definition, and against the CPU build; binding tensors from files.""
 import numpy as np
 import pytest
 
-from xlgen.build import load_text
-from xlgen.diff import compare
+from xlgen.backends.build import load_text
+from xlgen.tools.diff import compare
 from xlgen.runtime import cpu, sim
 from xlgen.runtime.tensors import WeightsError, load_weights
 
@@ -64,7 +64,7 @@ def compiled():
 def simulator_path(request, monkeypatch):
     """The simulator runs short ranges as a Python loop and long ones as numpy arrays
     (runtime/vec.py use_scalar): every test here runs both ways."""
-    from xlgen.runtime import vec
+    from xlgen.semantics import vec
 
     monkeypatch.setattr(vec, "SCALAR_MAX", 1 << 30 if request.param == "python-loop" else -1)
 
@@ -140,7 +140,7 @@ def test_weights_files_npz_and_safetensors(tmp_path):
 def test_gemv_example_matches_a_numpy_model_of_the_order(tmp_path):
     from pathlib import Path
 
-    from xlgen.build import load
+    from xlgen.backends.build import load
 
     compiled = load(Path(__file__).parent.parent / "examples/gemv/gemv.xl")
     rng = np.random.default_rng(5)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xlgen.build import load
-from xlgen.diff import compare
+from xlgen.backends.build import load
+from xlgen.tools.diff import compare
 from xlgen.runtime import cpu, sim
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "model_math" / "ops.xl"

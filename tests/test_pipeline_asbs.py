@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from xlgen import ir
-from xlgen.build import load
-from xlgen.diff import _trace_fields
+from xlgen.core import ir
+from xlgen.backends.build import load
+from xlgen.tools.diff import _trace_fields
 from xlgen.runtime import cpu, gpu, sim
-from xlgen.runtime.ops import bits_f32, f32, f32_bits
+from xlgen.semantics.ops import bits_f32, f32, f32_bits
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.workload import from_dict
+from xlgen.tools.workload import from_dict
 
 GPU_MARKS = [pytest.mark.gpu,
              pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")]

@@ -17,11 +17,11 @@ from functools import cache
 import numpy as np
 import pytest
 
-from xlgen.build import load
+from xlgen.backends.build import load
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.workload import from_dict
-from xlgen.companion import load as load_companion
+from xlgen.tools.workload import from_dict
+from xlgen.tools.companion import load as load_companion
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
@@ -149,7 +149,7 @@ def test_the_largest_fixed_block_fills_draft_tokens(compiled, backend):
 def test_greedy_reference_follows_the_pipeline_rules():
     """The reference itself: limit clamped to 0..MAX_OUT, EOS kept and final, positions
     prompt_len + k, the first token following seed % vocab."""
-    from xlgen.runtime.builtins import b_target_token
+    from xlgen.semantics.builtins import b_target_token
 
     assert greedy_tokens(5, 10, 0, 32000, 0) == [] == greedy_tokens(5, 10, -1, 32000, 0)
     assert len(greedy_tokens(5, 10, 10_000, 32000, 0)) == MAX_OUT

@@ -3,11 +3,11 @@
 import re
 from pathlib import Path
 
-from xlgen.build import load_text
-from xlgen.parser import parse_text
-from xlgen.printer import format_module
+from xlgen.backends.build import load_text
+from xlgen.frontend.parser import parse_text
+from xlgen.frontend.printer import format_module
 from xlgen.runtime import cpu, sim
-from xlgen.diff import compare
+from xlgen.tools.diff import compare
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -18,12 +18,12 @@ import struct
 
 import pytest
 
-from xlgen.build import load_text
-from xlgen.diff import compare
-from xlgen.fuzzgen import backends, run_backend
+from xlgen.backends.build import load_text
+from xlgen.tools.diff import compare
+from xlgen.tools.fuzzgen import backends, run_backend
 from xlgen.runtime import sim
-from xlgen.runtime.builtins import b_target_token
-from xlgen.runtime.ops import (ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, ERR_WATCHDOG)
+from xlgen.semantics.builtins import b_target_token
+from xlgen.semantics.ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, ERR_WATCHDOG
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1

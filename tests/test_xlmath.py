@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xlgen.build import load_text
-from xlgen.diff import compare
-from xlgen.runtime import cpu, sim, vec, xlmath
+from xlgen.backends.build import load_text
+from xlgen.runtime import cpu, sim
+from xlgen.semantics import vec, xlmath
+from xlgen.tools.diff import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("math_ulp", ROOT / "scripts" / "math_ulp.py")

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import click
 
+from .tools.progress import progress_bar
+
 from . import __version__
-from .companion import CompanionError
-from .diagnostics import CompileError, render_all
-from .files import FileProblem
-from . import tool_options as tools
-from .tool_options import INVARIANTS_OPTION, report_options
+from .tools.companion import CompanionError
+from .core.diagnostics import CompileError, render_all
+from .core.files import FileProblem
+from .tools import tool_options as tools
+from .tools.tool_options import INVARIANTS_OPTION, report_options
 
 EPILOG_CHECK = """\b
 Examples:
@@ -115,7 +117,7 @@ def check(files, werror, quiet):
     A file that starts with `pipeline NAME` is checked as a whole pipeline; a
     file without it (one that other files import) is checked as a library.
     """
-    from .checker import load_program
+    from .frontend.checker import load_program
 
     failed = False
     for path in files:
@@ -147,10 +149,10 @@ Examples:
 @_friendly
 def fmt(files, check_only, stdout):
     """Rewrite FILES in canonical .xl formatting (comments are kept)."""
-    from .checker import read_source
-    from .diagnostics import DiagnosticSink
-    from .parser import ParseFailure, parse_text
-    from .printer import format_module
+    from .frontend.checker import read_source
+    from .core.diagnostics import DiagnosticSink
+    from .frontend.parser import ParseFailure, parse_text
+    from .frontend.printer import format_module
 
     unformatted = []
     for path in files:
@@ -179,7 +181,7 @@ def fmt(files, check_only, stdout):
 def _write_formatted(path: Path, text: str) -> None:
     """Replace a source with its formatted text: all at once (a failure leaves it as it was), in the
     file a link points to (the link stays), and never over a file its owner made read-only."""
-    from .files import write_atomically
+    from .core.files import write_atomically
 
     real = Path(os.path.realpath(path))
     if not os.stat(real).st_mode & stat.S_IWUSR:
@@ -200,7 +202,7 @@ Examples:
 @_friendly
 def build(file, out_dir, check_only):
     """Compile FILE to a CUDA mega-kernel, a C++ CPU build and a Python simulator."""
-    from .build import build_pipeline
+    from .backends.build import build_pipeline
 
     result = build_pipeline(file, out_dir, write=not check_only)
     for path, status in result.items():
@@ -227,8 +229,8 @@ EXIT_REQUESTS_FAILED = 4  # the run finished, but a request failed (runtime erro
 def _prepare(file, workload_name, count, max_active, param_overrides=()):
     """Check and generate FILE, and load the workload against its simulator: every
     workload and option error is a usage error here, before anything runs."""
-    from .build import load
-    from .workload import Workload, WorkloadError, check_request_count, load as load_workload, resolve
+    from .backends.build import load
+    from .tools.workload import Workload, WorkloadError, check_request_count, load as load_workload, resolve
 
     compiled = load(file)
     module = compiled.sim_module()
@@ -319,8 +321,8 @@ _ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+
 def _parse_param(module, item: str):
     """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores:
     ASCII digits only, member names only for an enum parameter, no f32 overflow to infinity."""
-    from .diagnostics import did_you_mean
-    from .workload import _Invalid, check_value, param_types
+    from .core.diagnostics import did_you_mean
+    from .tools.workload import _Invalid, check_value, param_types
 
     name, sep, text = (part.strip() for part in item.partition("="))
     if not sep or not name or not text:
@@ -377,7 +379,7 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
 def _summary(compiled, result, max_active: int | None = None) -> str:
     """One line: requests by outcome (failures by kind), rounds, records by kind, and (in
     the round model) the batch's slot utilisation."""
-    from .metrics import run_counts, slot_utilisation
+    from .tools.metrics import run_counts, slot_utilisation
 
     c = run_counts(result)
     failed = f"{c.failed} failed"
@@ -395,7 +397,7 @@ def _summary(compiled, result, max_active: int | None = None) -> str:
 
 
 def _requests_failed(result) -> bool:
-    from .metrics import run_counts
+    from .tools.metrics import run_counts
 
     c = run_counts(result)
     return c.failed > 0 or c.unfinished > 0
@@ -417,7 +419,7 @@ def _check_output_path(path, option: str) -> None:
 
 def _check_show(compiled, show: str | None) -> list[str]:
     """--show's fields: scalar request fields of the pipeline (checked before the run)."""
-    from .diagnostics import did_you_mean
+    from .core.diagnostics import did_you_mean
 
     fields = {f.name: f for f in compiled.program.request_fields}
     if show is None:  # the first traced fields, those that print as one value
@@ -437,7 +439,7 @@ def _check_show(compiled, show: str | None) -> list[str]:
 
 def _show_value(compiled, name: str, value) -> str:
     """A request field's value as the .xl source writes it: enum members by name, bools as true/false."""
-    from . import ir
+    from .core import ir
 
     t = compiled.program.field(name).type
     if t == ir.BOOL:
@@ -448,28 +450,9 @@ def _show_value(compiled, name: str, value) -> str:
 
 
 def _is_array(decl) -> bool:
-    from . import ir
+    from .core import ir
 
     return isinstance(decl.type, ir.ArrayType)
-
-
-class _NoProgress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def update(self, n: int) -> None:
-        pass
-
-
-def progress_bar(total: int, label: str, **options):
-    """A progress bar on a terminal; nothing at all otherwise (in a pipe or a log, click
-    prints the bare label, which interleaves with stdout)."""
-    if not sys.stderr.isatty():
-        return _NoProgress()
-    return click.progressbar(length=total, label=label, file=sys.stderr, **options)
 
 
 LAUNCH_MAX = (1 << 31) - 1  # xlgen.runtime.sim.LAUNCH_MAX (not imported here: --help stays fast)
@@ -545,9 +528,9 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     """
     import numpy as np
 
-    from .diff import describe_record
+    from .tools.diff import describe_record
     from .runtime import sim as engine
-    from .runtime.ops import ERR_WATCHDOG
+    from .semantics.ops import ERR_WATCHDOG
     from .runtime.sim import KIND_DONE, KIND_ERROR
 
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
@@ -626,7 +609,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     from the reference; 4 when all agree but a request failed (docs/workloads.md,
     "Exit codes").
     """
-    from .diff import committed_output_fields, compare, compare_results
+    from .tools.diff import committed_output_fields, compare, compare_results
 
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if backends is None:
@@ -692,14 +675,14 @@ def _GPUS_OPTIONS(fn):
 def _sharded(work, compiled, file, gpus: int, backend: str, address):
     """Start the shard workers (one Ray actor per GPU), do `work(pool)`, and stop them; a missing
     Ray or too few GPUs is a usage error, a shard's hang exit code 3."""
-    from . import sweep as engine
+    from .tools import sweep as engine
 
     try:
         engine.require_ray()
     except engine.RayMissing:
         raise click.UsageError("--gpus runs a worker per GPU on Ray, which is not installed: "
                                "pip install 'xlgen[sweep]' (or pip install ray)") from None
-    from .multigpu import ShardError, ShardPool
+    from .tools.multigpu import ShardError, ShardPool
 
     try:
         pool = ShardPool(compiled, Path(file).resolve(), gpus, backend, address)
@@ -780,8 +763,8 @@ Examples:
 @_friendly
 def demo(workload_name, out_dir, use_gpu):
     """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
-    from .demo import run_demo
-    from .workload import WorkloadError
+    from .tools.demo import run_demo
+    from .tools.workload import WorkloadError
 
     if use_gpu:
         from .runtime import gpu
@@ -823,7 +806,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
     request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a request failed
     (docs/workloads.md, "Exit codes").
     """
-    from .bench import run_bench, save
+    from .tools.bench import run_bench, save
     from .runtime import gpu
 
     _check_output_path(json_path, "--json")
@@ -832,7 +815,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
-        from .multigpu import bench_sharded
+        from .tools.multigpu import bench_sharded
 
         report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
                           address)
@@ -895,7 +878,7 @@ def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
     codes: 0 every point ok, 2 a spec error or no Ray, 4 a point failed, 130
     interrupted (run the same command again to resume).
     """
-    from . import sweep as engine
+    from .tools import sweep as engine
 
     if address and serial:
         raise click.UsageError("--serial runs in this process; it does not take --address")
@@ -973,8 +956,8 @@ def graph(file, out_path):
     import shutil
     import subprocess
 
-    from .checker import load_program
-    from .graph import no_state_machine_note, to_dot
+    from .frontend.checker import load_program
+    from .tools.graph import no_state_machine_note, to_dot
 
     program, _ = load_program(file)
     dot = to_dot(program)
@@ -984,7 +967,7 @@ def graph(file, out_path):
     if out_path is None:
         click.echo(dot, nl=False)
         return
-    from .files import check_target, write_atomically
+    from .core.files import check_target, write_atomically
 
     fmt = out_path.suffix[1:].lower()
     if fmt not in ("dot", "gv", "png", "svg", "pdf"):

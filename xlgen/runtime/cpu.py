@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..layout import dtype_from_layout
-from ..resources import runtime_dir
-from ..names import py
+from ..backends.layout import dtype_from_layout
+from ..core.resources import runtime_dir
+from ..backends.names import py
 from .sim import LaunchConfig, RunResult, make_params, make_requests, param_word, to_array
 
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import collective_frame_words, dtype_from_layout
-from ..names import py
-from ..resources import runtime_dir
+from ..backends.layout import collective_frame_words, dtype_from_layout
+from ..backends.names import py
+from ..core.resources import runtime_dir
 from .cpu import params_array
 from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
 

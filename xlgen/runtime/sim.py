@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..names import py
+from ..backends.names import py
 from .tensors import bind
-from .ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, SharedWrites, XlRuntimeError, collective, f32,
-                  wrap_i32)
+from ..semantics.ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, SharedWrites, XlRuntimeError, collective, f32, wrap_i32)
 
 REC_HEADER = 4  # req_id, round, kind, stage
 KIND_ERROR = 0xFFFFFFFF
@@ -190,7 +189,7 @@ def _start(module, params, inputs, config):
 
 def _finish(module, records: list[list], reqs, sh, rounds: int, backend: str) -> RunResult:
     """Per-request record lists, final state -> RunResult (records grouped by request id)."""
-    from ..layout import module_dtypes
+    from ..backends.layout import module_dtypes
 
     req_dtype, shared_dtype = module_dtypes(module)
     flat = [rec for per in records for rec in per]

@@ -1,5 +1,5 @@
 // xlgen runtime: the exact semantics of docs/semantics.md for C++ and CUDA.
-// The Python twin is xlgen/runtime/ops.py (+ builtins.py); keep them in step.
+// The Python twin is xlgen/semantics/ops.py (+ builtins.py); keep them in step.
 // Compiles three ways: nvcc/NVRTC for the GPU, and the system C++ compiler for
 // the CPU build, where the __device__ decorations are mapped away below.
 #pragma once
@@ -40,7 +40,7 @@ enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4,
 
 // A statement's first runtime error. `key` is the failing operation's position
 // in left-to-right evaluation order, so the earliest error wins whatever order
-// the compiler evaluated the operands in (see xlgen/emit_cpp.py).
+// the compiler evaluated the operands in (see xlgen/backends/emit_cpp.py).
 struct XlErr {
     int32_t code;
     int32_t line;

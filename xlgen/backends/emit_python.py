@@ -7,7 +7,9 @@ marker; the engine (runtime/sim.py) maps a raising frame back to that .xl line.
 
 from __future__ import annotations
 
-from . import ir, names, py_ops
+from ..core import ir
+from . import names
+from ..semantics import py_ops
 from .emit_vec import VecEmitter
 from .layout import slots
 

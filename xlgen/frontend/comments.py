@@ -1,7 +1,7 @@
 """Where `#` comments and blank lines go when `xlgen fmt` reprints a file.
 
-The parser (xlgen/parser.py) sees every comment token; the printer
-(xlgen/printer.py) decides the output lines. They meet in a side table,
+The parser (xlgen/frontend/parser.py) sees every comment token; the printer
+(xlgen/frontend/printer.py) decides the output lines. They meet in a side table,
 `Module.comments`, keyed by the printed line a comment belongs to:
 
 - `head(node)`: the first line printed for a declaration, field, enum member

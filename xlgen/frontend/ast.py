@@ -1,15 +1,15 @@
 """The untyped syntax tree: what the parser read, with a location on every node.
 
 Nodes compare equal regardless of location, so parse -> print -> parse can be
-checked with `==`. The checker (xlgen/checker.py) turns this tree into the
-typed IR (xlgen/ir.py); nothing downstream of the checker sees these nodes.
+checked with `==`. The checker (xlgen/frontend/checker.py) turns this tree into the
+typed IR (xlgen/core/ir.py); nothing downstream of the checker sees these nodes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .diagnostics import NOWHERE, Loc
+from ..core.diagnostics import NOWHERE, Loc
 
 
 def _loc():
@@ -365,5 +365,5 @@ class Module(Node):
     items: tuple[Node, ...]
     file: str = field(default="", compare=False)
     loc: Loc = _loc()
-    # Comments and blank lines for `xlgen fmt` (see xlgen/comments.py); not part of equality.
+    # Comments and blank lines for `xlgen fmt` (see xlgen/frontend/comments.py); not part of equality.
     comments: dict = field(default_factory=dict, compare=False, repr=False)

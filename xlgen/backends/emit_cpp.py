@@ -13,7 +13,8 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 
 from __future__ import annotations
 
-from . import cpp_ops, ir, names
+from . import cpp_ops, names
+from ..core import ir
 from .emit_python import may_raise
 from .layout import collective_frame_words, slots
 

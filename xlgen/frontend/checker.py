@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ast as A
-from . import ir
-from .diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
-from .files import FileProblem, read_source_bytes
-from .ir import BOOL, F32, I32, U32
+from ..core import ir
+from ..core.diagnostics import CompileError, DiagnosticSink, Loc, did_you_mean
+from ..core.files import FileProblem, read_source_bytes
+from ..core.ir import BOOL, F32, I32, U32
 from .check_tooling import check_tooling
 from .parser import KEYWORDS, ParseFailure, parse_text
-from .py_ops import evaluate_const
-from .resources import runtime_dir
-from .runtime import ops
+from ..semantics.py_ops import evaluate_const
+from ..core.resources import runtime_dir
+from ..semantics import ops
 
 PRELUDE_NAME = "<prelude>"
 MAX_LOOP_TRIP = 1 << 20  # a bound this large is almost certainly a mistake

@@ -123,8 +123,8 @@ class Spec:
 def load_spec(path: str | Path) -> Spec:
     """Read and check a spec: every problem is collected and raised together as a SpecError;
     the pipeline is compiled and every workload loaded against it before anything runs."""
-    from .build import load
-    from .diagnostics import CompileError, did_you_mean
+    from ..backends.build import load
+    from ..core.diagnostics import CompileError, did_you_mean
     from .workload import WorkloadError, load as load_workload, resolve
 
     path = Path(path)
@@ -391,7 +391,7 @@ _LOADED: dict = {}  # per worker process: the compiled pipeline of each pipeline
 
 
 def _compiled(path: str, code: str):
-    from .build import load
+    from ..backends.build import load
 
     hit = _LOADED.get(path)
     if hit is None or hit.key != code:
@@ -434,7 +434,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _measure(task: dict) -> dict:
-    from .runtime.sim import LaunchConfig
+    from ..runtime.sim import LaunchConfig
     from .workload import Workload
 
     compiled = _compiled(task["pipeline"], task["code"])
@@ -463,13 +463,13 @@ def _measure(task: dict) -> dict:
 
 
 def _run_backend(backend: str, compiled, module, workload, timeout):
-    from .runtime import cpu, sim
+    from ..runtime import cpu, sim
 
     if backend == "sim":
         return sim.run_stoppable(module, workload.params, workload.inputs, workload.config, timeout)
     if backend == "cpu":
         return cpu.run(compiled, workload.params, workload.inputs, workload.config)
-    from .runtime import gpu
+    from ..runtime import gpu
 
     if not gpu.available():
         raise RuntimeError("the gpu backend needs CuPy and an NVIDIA GPU on the worker (pip install 'xlgen[gpu]')")
@@ -479,7 +479,7 @@ def _run_backend(backend: str, compiled, module, workload, timeout):
 
 
 def point_metrics(compiled, workload, result, walls: list[float]) -> dict:
-    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.bench, xlgen.metrics):
+    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.tools.bench, xlgen.tools.metrics):
     counts and timing for every pipeline; output elements and tokens/s with an `output`
     declaration; the declared metrics and the companion's @metrics (docs/language.md)."""
     from .bench import pipeline_metrics, run_metrics
@@ -596,7 +596,7 @@ def table_rows(spec: Spec, store: ResultStore) -> tuple[list[str], list[dict]]:
 
 
 def write_tables(spec: Spec, store: ResultStore) -> list[Path]:
-    from .files import write_atomically
+    from ..core.files import write_atomically
 
     header, rows = table_rows(spec, store)
     buf = io.StringIO()
@@ -769,7 +769,7 @@ def _run_on_ray(spec: Spec, todo: list[Point], arrived, address: str | None, cpu
     ray = start_ray(address, cpus)
     remote = ray.remote(run_point)
     if not address and any(p.axes["backend"] == "cpu" for p in todo):
-        from .runtime import cpu
+        from ..runtime import cpu
 
         cpu.build_library(spec.compiled)  # once, here, rather than by every worker at once
     pending = {}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir
+from ..core import ir
 
 _NUMPY = {"i": "<i4", "u": "<u4", "f": "<f4"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from .runtime import ops, vec
+from ..semantics import ops, vec
 
 # Names the generated code uses for itself, in both backends.
 INTERNAL = {"r", "sh", "p", "err", "req_id", "math", "np", "self"}
@@ -28,7 +28,7 @@ min max abs fabsf sqrtf printf
 PY_RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | {"int", "float", "bool", "range", "len", "list", "abs", "min", "max", "print"}
 
 
-# Found by differential fuzzing (xlgen/fuzzgen.py): besides keywords, a user name
+# Found by differential fuzzing (xlgen/tools/fuzzgen.py): besides keywords, a user name
 # must not collide with what the generated code names for itself, nor with a
 # macro of the headers it includes (a const `NAN`, `M_PI` or `INT32_MAX`
 # becomes a number before the C++ compiler sees it), nor, in the simulator, with
@@ -56,7 +56,7 @@ _C_MACRO_FAMILIES = re.compile(
     r"M_\w+|U?INT\w*_(MAX|MIN|WIDTH|C)|(PTRDIFF|SIG_ATOMIC|SIZE|WCHAR|WINT)_(MAX|MIN|WIDTH)"
     r"|FP_\w+|HUGE_VAL\w*|SNAN\w*|MATH_ERR\w+"
 )
-# What a generated simulator module imports or defines (it star-imports xlgen.runtime.ops).
+# What a generated simulator module imports or defines (it star-imports xlgen.semantics.ops).
 PY_GENERATED = {n for n in dir(ops) if not n.startswith("_")} | {n for n in dir(vec) if not n.startswith("_")} | {
     "Params", "Request", "Shared", "STAGES", "TRACES", "PIPELINE", "SOURCE", "REQUEST_LAYOUT", "SHARED_LAYOUT",
     "init_request", "init_shared", "is_done",

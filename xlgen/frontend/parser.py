@@ -12,8 +12,8 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ast as A
 from . import comments as C
-from .diagnostics import Diagnostic, Loc
-from .resources import data_dir
+from ..core.diagnostics import Diagnostic, Loc
+from ..core.resources import data_dir
 
 # Deepest allowed syntax tree. The transformer, the checker, the printer and the
 # emitters all recurse over the tree; this keeps them far from Python's limit.
@@ -113,7 +113,7 @@ def parse_text(text: str, file: str) -> A.Module:
     """Parse one .xl file. Raises ParseFailure (holding a Diagnostic) on bad syntax.
 
     The module's `comments` table records where each comment and blank line
-    goes when the module is printed again (xlgen/comments.py).
+    goes when the module is printed again (xlgen/frontend/comments.py).
     """
     comments: list[Token] = []
     reset = _COMMENTS.set(comments)
@@ -200,7 +200,7 @@ class _EnumSpan:
 
 
 def _attach_comments(text: str, comments: list[Token], lines: list[_Line], enums: list[_EnumSpan]) -> dict:
-    """Give each comment to the printed line it belongs to (see xlgen/comments.py).
+    """Give each comment to the printed line it belongs to (see xlgen/frontend/comments.py).
 
     An own-line comment leads the next printed line; a comment after code trails
     the printed line that code belongs to; a comment inside a construct the

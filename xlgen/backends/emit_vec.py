@@ -4,13 +4,15 @@ reductions, docs/semantics.md §13.2).
 The iterations of a lanes loop (the elements of a reduction) are evaluated together: a
 value that differs per iteration is a numpy array, one that does not is a numpy scalar.
 Operators come from the table below, whose checked operations record errors in the
-`Lanes` object of xlgen/runtime/vec.py instead of raising. Conditional evaluation (`if`,
+`Lanes` object of xlgen/semantics/vec.py instead of raising. Conditional evaluation (`if`,
 `&&`, `||`, `?:`) narrows the iterations that count with a mask.
 """
 
 from __future__ import annotations
 
-from . import ir, names, py_ops
+from ..core import ir
+from . import names
+from ..semantics import py_ops
 
 # numpy types of the values of each IR type
 DTYPE = {"i32": "I32", "u32": "U32", "f32": "F32", "bool": "BOOL", "enum": "I32", "flags": "U32"}

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from . import ast as A
-from . import ir
-from .diagnostics import Loc, did_you_mean
+from ..core import ir
+from ..core.diagnostics import Loc, did_you_mean
 
 TOOLING_NODES = (A.OutputDecl, A.ProgressDecl, A.MetricDecl, A.CompanionDecl)
 _NUMBERS = (ir.I32, ir.U32, ir.F32, ir.BOOL)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .diff import committed_output_fields, compare, compare_results
 from .metrics import output_count
-from .runtime.sim import RunResult
+from ..runtime.sim import RunResult
 
 VARIANTS = ("mega-deterministic", "mega-fast", "host-loop", "graph")
 _MODE = {"mega-deterministic": "deterministic", "mega-fast": "fast", "host-loop": "host-loop", "graph": "graph"}
@@ -103,7 +103,7 @@ def _num(value, spec: str) -> str:
 
 
 def run_metrics(result: RunResult, max_active: int) -> dict:
-    """Outcomes, records by kind and slot utilisation of a deterministic run (xlgen.metrics)."""
+    """Outcomes, records by kind and slot utilisation of a deterministic run (xlgen.tools.metrics)."""
     from .metrics import run_counts, slot_utilisation
 
     c = run_counts(result)
@@ -129,7 +129,7 @@ def pipeline_metrics(compiled, workload, result: RunResult) -> dict:
 def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
     import cupy
 
-    from .runtime import gpu
+    from ..runtime import gpu
 
     reference = None
     results = []

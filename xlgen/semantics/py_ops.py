@@ -3,15 +3,15 @@
 One table serves two masters: the simulator emitter pastes these templates
 into generated code, and the checker's constant folder evaluates them, so a
 folded constant means exactly what the simulator computes. Helper names come
-from xlgen.runtime.ops (the generated simulator star-imports it).
+from xlgen.semantics.ops (the generated simulator star-imports it).
 """
 
 from __future__ import annotations
 
 import math
 
-from . import ir
-from .runtime import ops
+from ..core import ir
+from . import ops
 
 _WRAP = {"i32": "wrap_i32({})", "u32": "(({}) & 0xFFFFFFFF)", "f32": "f32({})"}
 

@@ -16,7 +16,7 @@ fail early and often, others run all their rounds. Half the programs draw some
 names from NASTY_NAMES: keywords, macros and helpers of the generated Python and
 C++, which the emitters must rename.
 
-The typing rules the generator relies on (see xlgen/checker.py):
+The typing rules the generator relies on (see xlgen/frontend/checker.py):
 - u32 literals always carry the `u` suffix and i32 literals never do, so an
   unsuffixed literal only takes `u32` from its context where an i32 expression
   sits under `as u32` (the cast passes its target down as a hint). Such operands
@@ -37,7 +37,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from .ir import COLLECTIVE_OPS
+from ..core.ir import COLLECTIVE_OPS
 
 SCALARS = ("i32", "u32", "f32", "bool")
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -61,7 +61,7 @@ F32_INPUTS = [0.0, -0.0, 0.1, 1.0, -1.0, 0.5, 3.0e38, -3.0e38, 3.402823466385288
 # code uses for itself (Python helpers and builtins, C/C++ macros and keywords,
 # the generated structs and functions). A backend must cope with all of them.
 NASTY_NAMES = [
-    # the simulator's namespace (xlgen.runtime.ops star import, generated module globals)
+    # the simulator's namespace (xlgen.semantics.ops star import, generated module globals)
     "wrap_i32", "wrap_u32", "check_index", "div_i32", "rem_u32", "div_f32", "shl_i32", "shr_u32", "f32_to_i32",
     "sqrt_f32", "min_", "max_", "abs_i32", "f32_bits", "bits_f32", "XlRuntimeError", "ERR_INDEX", "INF", "NAN",
     "Params", "Request", "Shared", "STAGES", "TRACES", "PIPELINE", "SOURCE", "REQUEST_LAYOUT", "init_request",
@@ -1067,7 +1067,7 @@ def backends() -> list[str]:
     """The backends to compare with the simulator: the CPU build, and the GPU where one is usable."""
     out = ["cpu"]
     try:
-        from .runtime import gpu
+        from ..runtime import gpu
     except ImportError:
         return out
     try:
@@ -1083,7 +1083,7 @@ def run_backend(backend: str, compiled, params, inputs, cfg):
     import importlib
 
     if backend == "sim":
-        from .runtime import sim
+        from ..runtime import sim
 
         return sim.run(compiled.sim_module(), params, inputs, cfg)
     runner = importlib.import_module(f"xlgen.runtime.{backend}")
@@ -1097,9 +1097,9 @@ def run_case(case: FuzzCase, backends=("cpu",), compiled=None):
 
     Returns a list of (launch, backend, divergence text) for every mismatch.
     """
-    from .build import load_text
+    from ..backends.build import load_text
     from .diff import compare
-    from .runtime import sim
+    from ..runtime import sim
 
     if compiled is None:
         compiled = load_text(case.source, name="fuzz.xl")

@@ -1,6 +1,6 @@
 """AST -> canonical .xl text (`xlgen fmt`). parse(print(parse(x))) == parse(x).
 
-Comments and blank lines come from the module's side table (xlgen/comments.py):
+Comments and blank lines come from the module's side table (xlgen/frontend/comments.py):
 own-line comments are printed above the line they lead, at its indentation;
 a trailing comment stays at the end of its line. A blank line always separates
 top-level declarations (except runs of one-line declarations of one kind), and

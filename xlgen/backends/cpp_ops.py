@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from . import ir
-from .py_ops import flag_mask, type_key
+from ..core import ir
+from ..semantics.py_ops import flag_mask, type_key
 
 BINARY: dict[tuple[str, str], str] = {}
 for _t in ("i32", "u32"):
