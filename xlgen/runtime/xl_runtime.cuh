@@ -183,6 +183,14 @@ XL_HD float xl_bits_float(uint32_t w) {
 #endif
 }
 
+// -a: the sign bit flipped, always. (Found by fuzzing on the GPU: NVRTC compiled
+// `-(c ? 1.0f : 0.0f)` to +0.0 for a false c, where IEEE negation gives -0.0.)
+#if XL_ON_GPU
+XL_DEVICE float xl_fneg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
+#else
+inline float xl_fneg(float a) { return -a; }
+#endif
+
 // Traces store the canonical NaN so that every backend writes the same bits.
 XL_HD uint32_t xl_f32_bits(float x) { return x != x ? 0x7FC00000u : xl_float_bits(x); }
 
@@ -236,7 +244,7 @@ XL_HD float xl_math_exp(float x) {
 // log1p(f) = f - (f^2/2 - s*(f^2/2 + R)); e*LN2_HI is exact.
 XL_HD float xl_math_log(float x) {
     if (!(x >= 0.0f)) return XL_NAN;  // NaN or negative (not -0)
-    if (x == 0.0f) return -XL_INF;
+    if (x == 0.0f) return xl_bits_float(0xFF800000u);  // -inf, built from its bits
     if (x == XL_INF) return XL_INF;
     int32_t e = 0;
     if (x < 0x1p-126f) {
