@@ -6,7 +6,7 @@ xlgen.runtime.sim.run(module, ...) or `xlgen sim`.
 """
 
 from xlgen.semantics.ops import *  # noqa: F401,F403 - exact i32/u32/f32 operations
-from xlgen.semantics.builtins import b_draft_token, b_exp, b_hash_u32, b_log, b_rsqrt, b_tanh, b_target_token, b_verify_prefix  # noqa: F401
+from xlgen.semantics.builtins import b_draft_token, b_exp, b_hash_u32, b_log, b_rsqrt, b_sigmoid, b_tanh, b_target_token, b_verify_prefix  # noqa: F401
 from xlgen.semantics.vec import *  # noqa: F401,F403 - lanes loops and reductions (numpy)
 
 PIPELINE = 'xl_spec'

@@ -173,6 +173,16 @@ inline uint32_t xl_float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u
 
 XL_HD float xl_fabs(float a) { return fabsf(a); }
 
+XL_HD float xl_bits_float(uint32_t w) {
+#if XL_ON_GPU
+    return __uint_as_float(w);
+#else
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+#endif
+}
+
 // -a: the sign bit flipped, always. (Found by fuzzing on the GPU: NVRTC compiled
 // `-(c ? 1.0f : 0.0f)` to +0.0 for a false c, where IEEE negation gives -0.0.)
 #if XL_ON_GPU
@@ -194,101 +204,127 @@ XL_HD uint32_t xl_f2u(XlErr& e, int32_t k, int32_t line, float x) {
     return (uint32_t)x;
 }
 
-// ---- exact math: exp, log, tanh, rsqrt (docs/semantics.md §16.1; Python: xlmath.py) --------
+// ---- exact math functions (docs/semantics.md §16.1; Python: xlmath.py) --------------------
 //
-// Each is a fixed sequence of correctly rounded binary32 operations (xl_fadd ... xl_fdiv,
-// never fused), exact bit manipulation and comparisons, so every backend that follows the
-// sequence gets the same bits. Constants are written as their bit patterns.
+// Each is a fixed sequence of correctly rounded binary32 + - * / (xl_fadd ...: never fused,
+// subnormals kept), exact bit manipulation, compares and selects: no libm, no binary64. Every
+// backend running the same sequence gets the same bits. A NaN result is always 0x7FC00000.
+// xlmath.py follows these lines step for step; tests/test_xlmath.py and scripts/math_ulp.py
+// check that it does, and measure the error.
 
-#if XL_ON_GPU
-XL_DEVICE float xl_bits_float(uint32_t u) { return __uint_as_float(u); }
-#else
-inline float xl_bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-#endif
-
-XL_HD float xl_pow2(int32_t k) { return xl_bits_float((uint32_t)(k + 127) << 23); }  // -126 <= k <= 127
-
-// Horner: c[0] + x * (c[1] + x * (c[2] + ...)), highest coefficient first in `c_desc`.
-template <int N>
-XL_HD float xl_horner(float x, const uint32_t (&c_desc)[N]) {
-    float p = xl_bits_float(c_desc[0]);
-    for (int i = 1; i < N; ++i) p = xl_fadd(xl_fmul(p, x), xl_bits_float(c_desc[i]));
-    return p;
-}
-
-XL_HD float xl_exp(float x) {
+// exp(x) = 2^k * p: k = round(x / ln 2), r = x - k*LN2_HI - k*LN2_LO (k*LN2_HI and the first
+// subtraction are exact; c is the second's rounding error), p = e^(r + c) = h + (l + (r^2*q(r) + c))
+// with h + l = 1 + r exactly, q of degree 4; |r| <= 0.3466.
+XL_HD float xl_math_exp(float x) {
     if (x != x) return XL_NAN;
-    if (x > xl_bits_float(0x42B17217u)) return XL_INF;  // above ln(FLT_MAX): overflows
-    if (x < -104.0f) return 0.0f;                          // below ln(2^-150): rounds to 0
-    // x = k ln2 + r, |r| <= ~ln2/2; ln2 in two parts (Cody and Waite): k * hi is exact.
-    const float t = xl_fmul(x, xl_bits_float(0x3FB8AA3Bu));  // x log2(e)
-    const int32_t k = (int32_t)xl_fadd(t, t >= 0.0f ? 0.5f : -0.5f);
-    const float kf = xl_i2f(k);
-    float r = xl_fsub(x, xl_fmul(kf, xl_bits_float(0x3F317200u)));
-    r = xl_fsub(r, xl_fmul(kf, xl_bits_float(0x35BFBE8Eu)));
-    // e^r: Taylor to r^7 (1/5040 ... 1/2, 1, 1)
-    const uint32_t c[8] = {0x39500D01u, 0x3AB60B61u, 0x3C088889u, 0x3D2AAAABu, 0x3E2AAAABu, 0x3F000000u,
-                           0x3F800000u, 0x3F800000u};
-    const float p = xl_horner(r, c);
-    if (k > 127) return xl_fmul(xl_fmul(p, xl_pow2(127)), xl_pow2(k - 127));
-    if (k < -126) return xl_fmul(xl_fmul(p, xl_pow2(k + 64)), xl_pow2(-64));
-    return xl_fmul(p, xl_pow2(k));
+    if (x > 0x1.62e42ep+6f) return XL_INF;      // 88.72283: above, e^x rounds to infinity
+    if (x < -0x1.9fe368p+6f) return 0.0f;       // -103.97208: below, e^x rounds to 0 (and -inf)
+    const float t = xl_fmul(x, 0x1.715476p+0f);  // x * log2(e)
+    const float kf = xl_fsub(xl_fadd(t, 0x1.8p+23f), 0x1.8p+23f);  // t rounded to an integer (ties to even)
+    const float rh = xl_fsub(x, xl_fmul(kf, 0x1.62e4p-1f));  // exact
+    const float m = xl_fmul(kf, 0x1.7f7d1cp-20f);
+    const float r = xl_fsub(rh, m);
+    const float c = xl_fsub(xl_fsub(rh, r), m);  // what rounding r lost
+    float q = 0x1.6a1a5ap-10f;
+    q = xl_fadd(0x1.123fd2p-7f, xl_fmul(r, q));
+    q = xl_fadd(0x1.555916p-5f, xl_fmul(r, q));
+    q = xl_fadd(0x1.55548ap-3f, xl_fmul(r, q));
+    q = xl_fadd(0x1.fffffcp-2f, xl_fmul(r, q));
+    const float h = xl_fadd(1.0f, r);
+    const float l = xl_fadd(xl_fsub(1.0f, h), r);  // 1 + r = h + l exactly
+    const float p = xl_fadd(h, xl_fadd(l, xl_fadd(xl_fmul(xl_fmul(r, r), q), c)));
+    const int32_t k = (int32_t)kf;  // -150 <= k <= 128
+    if (k > 127) return xl_fmul(xl_fmul(p, 0x1p127f), 2.0f);
+    if (k < -126) return xl_fmul(xl_fmul(p, xl_bits_float((uint32_t)(k + 64 + 127) << 23)), 0x1p-64f);  // one rounding, to a subnormal
+    return xl_fmul(p, xl_bits_float((uint32_t)(k + 127) << 23));
 }
 
-XL_HD float xl_log(float x) {
-    if (x != x || x < 0.0f) return XL_NAN;
-    if (x == 0.0f) return -XL_INF;
+// log(x) = e*ln 2 + log1p(f): x = 2^e * (1 + f), 1 + f in (sqrt(1/2), sqrt(2)] (subnormal x scaled by
+// 2^23 first); s = f / (2 + f), z = s^2, R = z*(L1 + z*(L2 + z*L3)) ~ 2*atanh(s)/s - 2,
+// log1p(f) = f - (f^2/2 - s*(f^2/2 + R)); e*LN2_HI is exact.
+XL_HD float xl_math_log(float x) {
+    if (!(x >= 0.0f)) return XL_NAN;  // NaN or negative (not -0)
+    if (x == 0.0f) return xl_bits_float(0xFF800000u);  // -inf, built from its bits
     if (x == XL_INF) return XL_INF;
     int32_t e = 0;
-    if (x < xl_bits_float(0x00800000u)) {  // subnormal: scale into the normal range (exact)
-        x = xl_fmul(x, xl_bits_float(0x4B000000u));  // 2^23
+    if (x < 0x1p-126f) {
+        x = xl_fmul(x, 0x1p23f);  // exact
         e = -23;
     }
-    const uint32_t bits = xl_float_bits(x);
-    e += (int32_t)(bits >> 23) - 127;
-    float m = xl_bits_float((bits & 0x007FFFFFu) | 0x3F800000u);  // [1, 2)
-    if (m > xl_bits_float(0x3FB504F3u)) {  // (sqrt 2, 2): halve, so f = m - 1 is in [sqrt(1/2) - 1, sqrt 2 - 1]
-        m = xl_fmul(m, 0.5f);
+    uint32_t b = xl_float_bits(x);
+    e += (int32_t)(b >> 23) - 127;
+    b = (b & 0x7FFFFFu) | 0x3F800000u;  // 1 + f in [1, 2)
+    if (b > 0x3FB504F3u) {              // above sqrt(2): halve it
+        b -= 0x800000u;
         e += 1;
     }
-    // log(1 + f) as in FreeBSD's logf: s = f / (2 + f), R a polynomial in s^2.
-    const float f = xl_fsub(m, 1.0f);
+    const float f = xl_fsub(xl_bits_float(b), 1.0f);  // exact
     const float s = xl_fdiv(f, xl_fadd(2.0f, f));
     const float z = xl_fmul(s, s);
-    const float w = xl_fmul(z, z);
-    const float t1 = xl_fmul(w, xl_fadd(xl_bits_float(0x3ECCCE13u), xl_fmul(w, xl_bits_float(0x3E789E26u))));
-    const float t2 = xl_fmul(z, xl_fadd(xl_bits_float(0x3F2AAAAAu), xl_fmul(w, xl_bits_float(0x3E91E9EEu))));
-    const float R = xl_fadd(t2, t1);
+    float R = 0x1.31e67ap-2f;
+    R = xl_fadd(0x1.995e9cp-2f, xl_fmul(z, R));
+    R = xl_fadd(0x1.55557ap-1f, xl_fmul(z, R));
+    R = xl_fmul(z, R);
     const float hfsq = xl_fmul(xl_fmul(0.5f, f), f);
-    const float dk = xl_i2f(e);
-    const float lo = xl_fadd(xl_fmul(s, xl_fadd(hfsq, R)), xl_fmul(dk, xl_bits_float(0x3717F7D1u)));
-    return xl_fsub(xl_fmul(dk, xl_bits_float(0x3F317180u)), xl_fsub(xl_fsub(hfsq, lo), f));
+    const float ef = (float)e;  // exact
+    const float lo = xl_fadd(xl_fmul(s, xl_fadd(hfsq, R)), xl_fmul(ef, 0x1.7f7d1cp-20f));
+    return xl_fsub(xl_fmul(ef, 0x1.62e4p-1f), xl_fsub(xl_fsub(hfsq, lo), f));
 }
 
-XL_HD float xl_tanh(float x) {
+// tanh(x) = sign(x) * y(|x|): a = |x|; a < 0.75: y = a + a*(z*P(z)), z = a^2, P of degree 6;
+// a < 10: y = 1 - 2/(exp(2a) + 1) with xl_math_exp; otherwise y = 1.
+XL_HD float xl_math_tanh(float x) {
     if (x != x) return XL_NAN;
-    const float a = xl_fabs(x);
-    float t;
-    if (a > 9.0f) {
-        t = 1.0f;  // 1 - tanh(9) < 2^-25: rounds to 1
-    } else if (a < xl_bits_float(0x39800000u)) {  // 2^-12: tanh(x) rounds to x
-        return x;
-    } else if (a < 0.55f) {  // odd Taylor series to x^19 (alternating, |x| < pi/2)
-        const uint32_t c[10] = {0xB97ABEBCu, 0x3A1AAC12u, 0xBABED1B2u, 0x3B6B69E8u, 0xBC11371Bu, 0x3CB327A4u,
-                                0xBD5D0DD1u, 0x3E088889u, 0xBEAAAAABu, 0x3F800000u};
-        t = xl_fmul(a, xl_horner(xl_fmul(a, a), c));
-    } else {  // 1 - 2 / (e^(2a) + 1): no cancellation above 0.55
-        t = xl_fsub(1.0f, xl_fdiv(2.0f, xl_fadd(xl_exp(xl_fmul(2.0f, a)), 1.0f)));
+    const uint32_t sign = xl_float_bits(x) & 0x80000000u;
+    const float a = xl_bits_float(xl_float_bits(x) & 0x7FFFFFFFu);
+    float y;
+    if (a < 0.75f) {
+        const float z = xl_fmul(a, a);
+        float P = -0x1.4d2a1cp-11f;
+        P = xl_fadd(0x1.85ec5ap-9f, xl_fmul(z, P));
+        P = xl_fadd(-0x1.19d308p-7f, xl_fmul(z, P));
+        P = xl_fadd(0x1.65444ep-6f, xl_fmul(z, P));
+        P = xl_fadd(-0x1.ba0a08p-5f, xl_fmul(z, P));
+        P = xl_fadd(0x1.1110cap-3f, xl_fmul(z, P));
+        P = xl_fadd(-0x1.555554p-2f, xl_fmul(z, P));
+        y = xl_fadd(a, xl_fmul(a, xl_fmul(z, P)));
+    } else if (a < 10.0f) {
+        y = xl_fsub(1.0f, xl_fdiv(2.0f, xl_fadd(xl_math_exp(xl_fadd(a, a)), 1.0f)));
+    } else {
+        y = 1.0f;
     }
-    return x < 0.0f ? -t : t;
+    return xl_bits_float(xl_float_bits(y) | sign);
 }
 
-XL_HD float xl_rsqrt(float x) { return xl_fdiv(1.0f, xl_fsqrt(x)); }
+// sigmoid(x) = n / (1 + e) with e = exp(-|x|), n = 1 for x >= 0 and e below (no overflow; tiny results
+// keep their precision): d + dl = 1 + e exactly, q = n / d, sigmoid = q - q*dl/d.
+XL_HD float xl_math_sigmoid(float x) {
+    if (x != x) return XL_NAN;
+    const bool pos = x >= 0.0f;
+    const float e = xl_math_exp(pos ? xl_fsub(0.0f, x) : x);
+    const float d = xl_fadd(1.0f, e);
+    const float dl = xl_fadd(xl_fsub(1.0f, d), e);
+    const float q = xl_fdiv(pos ? 1.0f : e, d);
+    return xl_fsub(q, xl_fdiv(xl_fmul(q, dl), d));
+}
 
-XL_HD float xl_b_exp(XlErr&, int32_t, int32_t, float x) { return xl_exp(x); }
-XL_HD float xl_b_log(XlErr&, int32_t, int32_t, float x) { return xl_log(x); }
-XL_HD float xl_b_tanh(XlErr&, int32_t, int32_t, float x) { return xl_tanh(x); }
-XL_HD float xl_b_rsqrt(XlErr&, int32_t, int32_t, float x) { return xl_rsqrt(x); }
+// sqrt(x): the correctly rounded IEEE square root; sqrt(-0) = -0, sqrt(x < 0) = NaN.
+XL_HD float xl_math_sqrt(float x) {
+    if (!(x >= 0.0f)) return XL_NAN;  // NaN or negative (not -0)
+    return xl_fsqrt(x);
+}
+
+// rsqrt(x) = 1 / sqrt(x), two roundings: rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(+inf) = +0.
+XL_HD float xl_math_rsqrt(float x) {
+    if (!(x >= 0.0f)) return XL_NAN;
+    return xl_fdiv(1.0f, xl_fsqrt(x));
+}
+
+XL_HD float xl_b_exp(XlErr&, int32_t, int32_t, float x) { return xl_math_exp(x); }
+XL_HD float xl_b_log(XlErr&, int32_t, int32_t, float x) { return xl_math_log(x); }
+XL_HD float xl_b_tanh(XlErr&, int32_t, int32_t, float x) { return xl_math_tanh(x); }
+XL_HD float xl_b_sigmoid(XlErr&, int32_t, int32_t, float x) { return xl_math_sigmoid(x); }
+XL_HD float xl_b_rsqrt(XlErr&, int32_t, int32_t, float x) { return xl_math_rsqrt(x); }
 
 // ---- builtins of the prelude (xlgen/runtime/prelude.xl; Python: builtins.py) ----------
 

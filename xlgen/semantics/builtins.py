@@ -53,5 +53,10 @@ def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> i
     return (target + 1 + (h % (vocab - 1))) % vocab
 
 
-# Exact math (xlmath.py; xl_exp ... in xl_runtime.cuh).
-b_exp, b_log, b_tanh, b_rsqrt = xlmath.exp, xlmath.log, xlmath.tanh, xlmath.rsqrt
+# The exact math functions (docs/semantics.md §16.1): defined, for floats and numpy arrays alike,
+# in xlmath.py; the simulator's scalars are floats.
+b_exp = xlmath.exp
+b_log = xlmath.log
+b_tanh = xlmath.tanh
+b_sigmoid = xlmath.sigmoid
+b_rsqrt = xlmath.rsqrt
