@@ -87,6 +87,7 @@ _NOT_NAMES = {
     "arbiter", "trace", "done", "when", "let", "if", "elif", "else", "for", "in", "break", "continue", "return",
     "has", "true", "false", "as", "req_id", "min", "max", "abs", "clamp", "sqrt", "i32", "u32", "f32", "bool",
     "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor", "exp", "log", "tanh", "rsqrt",
+    "sigmoid",
 }
 
 
@@ -527,7 +528,7 @@ class Generator:
     def builtin_call(self, ctx: Ctx, t: str, d: int) -> E | None:
         if t == "f32":  # the exact math builtins, on edge values and ordinary ones alike
             a = self.expr(ctx, "f32", d)
-            return E(f"{self.pick(['exp', 'log', 'tanh', 'rsqrt'])}({a.text})", False, a.flex)
+            return E(f"{self.pick(['exp', 'log', 'tanh', 'rsqrt', 'sigmoid'])}({a.text})", False, a.flex)
         if t == "u32":
             a = self.expr(ctx, "u32", d)
             return E(f"hash_u32({a.text})", False, a.flex)
