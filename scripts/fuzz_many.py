@@ -1,4 +1,4 @@
-"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/tools/fuzzgen.py),
+"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/tools/fuzzgen/),
 simulator against the CPU build, over a range of seeds, one process per core.
 
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes

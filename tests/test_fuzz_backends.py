@@ -1,6 +1,6 @@
 """Differential fuzzing of the compiler (the technique Csmith made standard).
 
-Random well-typed pipelines (xlgen/tools/fuzzgen.py) run on the simulator and on
+Random well-typed pipelines (xlgen/tools/fuzzgen/) run on the simulator and on
 every other backend with random inputs, params and launch settings; traces,
 done and error records and the final state must agree bit for bit.
 

@@ -1,7 +1,7 @@
 """The untyped syntax tree: what the parser read, with a location on every node.
 
 Nodes compare equal regardless of location, so parse -> print -> parse can be
-checked with `==`. The checker (xlgen/frontend/checker.py) turns this tree into the
+checked with `==`. The checker (xlgen/frontend/checker/) turns this tree into the
 typed IR (xlgen/core/ir.py); nothing downstream of the checker sees these nodes.
 """
 

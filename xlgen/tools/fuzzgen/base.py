@@ -1,0 +1,80 @@
+"""The Generator: a program and its launches from one seed (random.Random(seed)); its
+productions are in the mixins it is built from (expressions, statements, program)."""
+
+from __future__ import annotations
+import random
+from .expressions import ExpressionGen
+from .model import Arr, Helper, NASTY_NAMES, SCALARS, Sym, _NOT_NAMES
+from .program import ProgramGen
+from .statements import StatementGen
+
+
+class Generator(ExpressionGen, StatementGen, ProgramGen):
+    """One seed's program and launches."""
+
+    def __init__(self, seed: int, nasty_names: bool = True):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.nasty = nasty_names and self.rng.random() < 0.5
+        # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
+        # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs
+        # fail early and often, others run all their rounds.
+        self.risk = self.rng.choice([0.01, 0.05, 0.12, 0.3])
+        self.used: set[str] = set()
+        self.counter = 0
+        self.consts: list[Sym] = []
+        self.params: list[Sym] = []
+        self.enums: dict[str, list[str]] = {}
+        self.flagsets: dict[str, list[str]] = {}
+        self.fields: list[Sym] = []
+        self.shared: list[Sym] = []
+        self.helpers: list[Helper] = []
+        self.tensors: list[tuple[str, tuple[int, ...]]] = []
+        self.count_field = ""
+        self.lines: list[str] = []
+        self.derived: list[str] = []  # names of generated-code functions of this program (fn_h1, stage_s2, ...)
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def risky(self) -> bool:
+        return self.rng.random() < self.risk
+
+    def pick(self, seq):
+        return self.rng.choice(list(seq))
+
+    def fresh(self, prefix: str, avoid=()) -> str:
+        """A new global-unique name: mostly `prefix` + a number, sometimes one of NASTY_NAMES."""
+        if self.nasty and self.chance(0.25):
+            options = [n for n in NASTY_NAMES + self.derived
+                       if n not in self.used and n not in _NOT_NAMES and n not in avoid]
+            if options:
+                name = self.pick(options)
+                self.used.add(name)
+                return name
+        while True:
+            self.counter += 1
+            name = f"{prefix}{self.counter}"
+            if name not in _NOT_NAMES and name not in self.used:
+                break
+        self.used.add(name)
+        return name
+
+    def sep(self) -> str:
+        """The space between a binary operator and its right operand: rarely a line break (and a comment)."""
+        r = self.rng.random()
+        if r < 0.02:
+            return "\n            "
+        if r < 0.025:
+            return "  # a comment inside an expression\n            "
+        return " "
+
+    def kind(self, t) -> str:
+        if isinstance(t, Arr):
+            return "array"
+        if t in SCALARS:
+            return t
+        return "enum" if t in self.enums else "flags"
+
+    def all_types(self) -> list[str]:
+        return list(SCALARS) + list(self.enums) + list(self.flagsets)

@@ -1,0 +1,203 @@
+"""Statements: lets, assignments, if, loops, calls; lanes loops and
+reductions (docs/semantics.md §13.2) with the checker's rules kept by construction."""
+
+from __future__ import annotations
+from .model import Arr, Ctx, E, Sym
+
+
+class StatementGen:
+    """Generator productions: statements (a mixin of Generator, base.py)."""
+
+    def new_local(self, ctx: Ctx, prefix: str) -> str:
+        if ctx.dead and self.chance(0.3):
+            options = [n for n in ctx.dead if ctx.lookup(n) is None]
+            if options:
+                name = self.pick(options)
+                ctx.dead.remove(name)
+                return name
+        return self.fresh(prefix)
+
+    def push(self, ctx: Ctx, scope: dict | None = None) -> None:
+        ctx.scopes.append(scope if scope is not None else {})
+
+    def pop(self, ctx: Ctx) -> None:
+        ctx.dead.extend(ctx.scopes.pop())
+
+    def block(self, ctx: Ctx, n: int, depth: int, ind: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            out += self.stmt(ctx, depth, ind)
+        return out
+
+    def targets(self, ctx: Ctx) -> list[tuple[str, object, Sym]]:
+        """Assignable places: (kind, element type, symbol)."""
+        if ctx.lanes is not None:  # an iteration's own locals, and the elements it owns
+            out = [("local", s.type, s) for scope in ctx.scopes[ctx.lane_scope:] for s in scope.values()
+                   if s.mutable and not isinstance(s.type, Arr)]
+            return out + [("elem", f.type.elem, f) for f in self.fields if f.name in ctx.lanes]
+        out = []
+        for s in ctx.visible():
+            if s.mutable and not isinstance(s.type, Arr):
+                out.append(("local", s.type, s))
+        if ctx.kind in ("stage", "arbiter", "collective"):
+            for s in self.fields:
+                if s.name == self.count_field:
+                    continue
+                out.append(("elem" if isinstance(s.type, Arr) else "field", s.type.elem if isinstance(s.type, Arr) else s.type, s))
+        if ctx.kind in ("arbiter", "collective"):
+            for s in self.shared:
+                out.append(("elem" if isinstance(s.type, Arr) else "field", s.type.elem if isinstance(s.type, Arr) else s.type, s))
+        return out
+
+    def stmt(self, ctx: Ctx, depth: int, ind: int) -> list[str]:
+        pad = "    " * ind
+        d = self.rng.randrange(1, 4)
+        if ctx.kind == "stage" and not ctx.reduction and depth > 0 and self.chance(0.12):
+            if ctx.lanes is not None:  # a reduction in an iteration: the warp runs such iterations in turn
+                return self.reduction(ctx, ind)
+            return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction(ctx, ind)
+        r = self.rng.random()
+        if depth <= 0:
+            r = self.rng.random() * 0.55
+        if r < 0.22:
+            t = self.pick(self.all_types() + ["i32", "i32", "u32", "f32"])
+            value = self.expr(ctx, t, d)
+            name = self.new_local(ctx, "v")
+            typed = self.chance(0.4)
+            line = f"{pad}let {name}: {t} = {value.text}" if typed else f"{pad}let {name} = {value.text}"
+            ctx.scopes[-1][name] = Sym(name, t)
+            return [line]
+        if r < 0.55:
+            targets = self.targets(ctx)
+            if not targets:
+                return []
+            kind, t, s = self.pick(targets)
+            lhs = s.name if kind != "elem" else f"{s.name}[{self.elem_index(ctx, s)}]"
+            k = self.kind(t)
+            ops = {"i32": ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="],
+                   "u32": ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="],
+                   "f32": ["=", "+=", "-=", "*=", "/="], "bool": ["="], "enum": ["="],
+                   "flags": ["=", "&=", "|=", "^="]}[k]
+            op = self.pick(ops + ["="] * 3)
+            if ctx.kind == "collective" and s in self.shared:  # claimed with '=', or summed (integers)
+                mode = ctx.shared_modes.setdefault(s.name, self.pick(["=", "+="]) if k in ("i32", "u32") else "=")
+                op = "=" if mode == "=" else self.pick(["+=", "-="])
+            if op in ("<<=", ">>="):
+                # the value is checked with the target's type as hint: keep the amount that type
+                amount = self.expr(ctx, t, d)
+                suffix = "u" if k == "u32" else ""
+                value = E(f"({amount.text} & 31{suffix})") if self.chance(0.7) else amount
+            elif op in ("/=", "%=") and k != "f32":
+                value = self.divisor(ctx, t, d)
+            else:
+                value = self.expr(ctx, t, d)
+            return [f"{pad}{lhs} {op} {value.text}"]
+        if r < 0.75 and depth > 0:
+            lines = []
+            n_arms = self.pick([1, 1, 2, 3])
+            for i in range(n_arms):
+                cond = self.expr(ctx, "bool", d)
+                head = "if" if i == 0 else "} elif"
+                lines.append(f"{pad}{head} {cond.text} {{")
+                self.push(ctx)
+                lines += self.block(ctx, self.rng.randrange(0, 4), depth - 1, ind + 1)
+                self.pop(ctx)
+            if self.chance(0.5):
+                lines.append(f"{pad}}} else {{")
+                self.push(ctx)
+                lines += self.block(ctx, self.rng.randrange(0, 4), depth - 1, ind + 1)
+                self.pop(ctx)
+            lines.append(f"{pad}}}")
+            return lines
+        if r < 0.87 and depth > 0:
+            var = self.new_local(ctx, "i")
+            lo = self.pick([0, 0, 0, 1, -2, 2, 5])
+            hi = lo + self.pick([0, 1, 2, 3, 4, 5, 8, -1])
+            lo_text, hi_text = (f"(-{-lo})" if lo < 0 else str(lo)), (f"(-{-hi})" if hi < 0 else str(hi))
+            lens = [c for c in self.consts if getattr(c, "length_const", False)]
+            if lens and self.chance(0.3):
+                c = self.pick(lens)
+                lo, hi, lo_text, hi_text = 0, c.value, "0", c.name
+            lines = [f"{pad}for {var} in {lo_text}..{hi_text} {{"]
+            self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=(lo, hi - 1))})
+            ctx.loops += 1
+            lines += self.block(ctx, self.rng.randrange(1, 4), depth - 1, ind + 1)
+            if ctx.lanes is not None:
+                pass  # an iteration of a lanes loop runs its nested loops to the end
+            elif self.chance(0.5):
+                cond = self.expr(ctx, "bool", d)
+                lines += [f"{pad}    if {cond.text} {{", f"{pad}        {self.pick(['break', 'continue'])}", f"{pad}    }}"]
+                lines += self.block(ctx, self.rng.randrange(0, 2), depth - 1, ind + 1)
+            elif self.chance(0.1):
+                lines.append(f"{pad}    {self.pick(['break', 'continue'])}")
+            ctx.loops -= 1
+            self.pop(ctx)
+            lines.append(f"{pad}}}")
+            return lines
+        if r < 0.95 and ctx.kind == "fn":
+            cond = self.expr(ctx, "bool", d)
+            value = self.expr(ctx, ctx.ret, d)
+            return [f"{pad}if {cond.text} {{", f"{pad}    return {value.text}", f"{pad}}}"]
+        # a call for its effect (a builtin; sometimes verify_prefix directly in a stage)
+        if ctx.kind == "stage" and not ctx.lane_parallel and self.arrays_of(ctx, "i32") and self.chance(0.5):
+            arrays = self.arrays_of(ctx, "i32")
+            a, b = self.pick(arrays), self.pick(arrays)
+            limit = min(a.type.length, b.type.length)
+            n = self.expr(ctx, "i32", d) if self.risky() else E(f"clamp({self.expr(ctx, 'i32', d).text}, 0, {limit})")
+            return [f"{pad}verify_prefix({a.name}, {b.name}, {n.text})"]
+        which = self.pick(["hash", "target", "draft"])
+        call = self.builtin_call(ctx, "u32" if which == "hash" else "i32", d)
+        if call is None or call.text.startswith("verify_prefix"):
+            a = self.expr(ctx, "u32", d)
+            call = E(f"hash_u32({a.text})")
+        return [f"{pad}{call.text}"]
+
+    def lane_range(self, ctx: Ctx, length: int) -> tuple[str, str, tuple[int, int]]:
+        """Bounds of a lanes loop or reduction: mostly the array's length, sometimes past
+        it (iterations fail), empty, longer than a warp, or computed at run time."""
+        lo = self.pick([0, 0, 0, 1, -1])
+        hi = self.pick([length, length, length + 1, lo, 33, 40, 70])
+        lo_text = f"(-{-lo})" if lo < 0 else str(lo)
+        if self.chance(0.2):  # a bound known only at run time
+            e = self.expr(ctx, "i32", 1)
+            return lo_text, f"clamp({e.text}, -2, 45)", (lo, 44)
+        return lo_text, str(hi), (lo, hi - 1)
+
+    def lanes_loop(self, ctx: Ctx, ind: int) -> list[str]:
+        pad = "    " * ind
+        arrays = [f for f in self.fields if isinstance(f.type, Arr)]
+        written = self.rng.sample(arrays, self.rng.randrange(0, min(2, len(arrays)) + 1)) if arrays else []
+        length = min([a.type.length for a in written] or [self.pick([4, 8, 40])])
+        lo, hi, rng = self.lane_range(ctx, length)
+        var = self.new_local(ctx, "i")
+        offsets = {}
+        for a in written:  # `i`, `i + k`, `i - k`, `c * i + k` with c odd, k the same for every iteration
+            k = self.pick(["0", "1", "(-1)"] + [s.name for s in self.scalars_of(ctx, "i32")][:3])
+            form = self.pick(["{v}", "{v}", "{v} + {k}", "{k} + {v}", "{v} - {k}", "3 * {v} + {k}", "{v} * (-1) + {k}"])
+            offsets[a.name] = "(" + form.format(v=var, k=k) + ")"
+        saved = (ctx.lanes, ctx.lane_scope)
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
+        ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
+        ctx.loops += 1
+        body = self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
+        for a in written:  # every written array gets at least one store
+            value = self.expr(ctx, a.type.elem, 2)
+            body.append(f"{pad}    {a.name}[{offsets[a.name]}] = {value.text}")
+        ctx.loops -= 1
+        ctx.lanes, ctx.lane_scope = saved
+        self.pop(ctx)
+        return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
+
+    def reduction(self, ctx: Ctx, ind: int) -> list[str]:
+        op = self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
+        t = self.pick(["f32", "f32", "i32", "u32"])
+        lo, hi, rng = self.lane_range(ctx, self.pick([3, 8, 32, 40]))
+        var = self.new_local(ctx, "j")
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
+        ctx.reduction = True
+        value = self.expr(ctx, t, self.rng.randrange(1, 4))
+        ctx.reduction = False
+        self.pop(ctx)
+        name = self.new_local(ctx, "red")
+        ctx.scopes[-1][name] = Sym(name, "i32" if op.startswith("arg") else t)
+        return [f"{'    ' * ind}let {name} = {op}({var} in {lo}..{hi}: {value.text})"]
