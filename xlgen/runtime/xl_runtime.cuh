@@ -499,15 +499,7 @@ XL_HD uint32_t xl_word_bits(uint32_t v) { return v; }
 XL_HD uint32_t xl_word_bits(bool v) { return v ? 1u : 0u; }
 template <typename T> XL_HD T xl_from_bits(uint32_t w) { return (T)w; }
 template <> XL_HD bool xl_from_bits<bool>(uint32_t w) { return w != 0u; }
-template <> XL_HD float xl_from_bits<float>(uint32_t w) {
-#if XL_ON_GPU
-    return __uint_as_float(w);
-#else
-    float f;
-    memcpy(&f, &w, 4);
-    return f;
-#endif
-}
+template <> XL_HD float xl_from_bits<float>(uint32_t w) { return xl_bits_float(w); }
 
 template <typename T>
 XL_HD uint32_t xl_word_of(const void* shared_base, const T* element) {
