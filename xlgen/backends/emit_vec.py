@@ -187,10 +187,11 @@ class VecEmitter:
         return [f"{pad}{self.expr(s.expr)}", f"{pad}xl_L.end()"]
 
     # ---- the statement itself
-    def _open(self, start: ir.Expr, stop: ir.Expr, loc, var: str, body: list[str], mark: str) -> list[str]:
-        """Bounds (uniform: they may raise like any scalar expression), working copies of the
-        arrays the code touches, then the code under np.errstate (wrap-around is meant)."""
-        lines = ["xl_L = Lanes(xl_lo, xl_hi)"]  # the bounds, evaluated once before (emit_python.py)
+    def _open(self, var: str, body: list[str]) -> list[str]:
+        """The iterations (the bounds were evaluated once before: emit_python.py), working
+        copies of the arrays the code touches, then the code under np.errstate (wrap-around is
+        meant)."""
+        lines = ["xl_L = Lanes(xl_lo, xl_hi)"]
         for name, base in self.arrays.items():
             elem = base.type.elem
             lines.append(f"xl_a_{names.py(name)} = np.array({self.scalar.expr_Var(base)}, dtype={dtype_of(elem)})")
@@ -201,7 +202,7 @@ class VecEmitter:
 
     def lanes(self, s: ir.Lanes, mark: str) -> list[str]:
         body = self.block(s.body, 0)
-        lines = self._open(s.start, s.stop, s.loc, s.var, body, mark)
+        lines = self._open(s.var, body)
         for name in sorted(self.written):
             lines.append(f"{self.scalar.expr_Var(self.arrays[name])}[:] = xl_a_{names.py(name)}.tolist()")
         lines.append(f"xl_L.raise_first(){mark}")
@@ -210,7 +211,7 @@ class VecEmitter:
     def reduce(self, s: ir.Reduce, mark: str) -> list[str]:
         self.line = s.loc.line
         value = self.expr(s.value)
-        lines = self._open(s.start, s.stop, s.loc, s.var, [f"xl_v = {value}"], mark)
+        lines = self._open(s.var, [f"xl_v = {value}"])
         dtype = dtype_of(s.value.type)
         if s.op == "sum":
             call = f"reduce_sum(xl_L, xl_v, {dtype})"

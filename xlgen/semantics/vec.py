@@ -84,10 +84,6 @@ class Lanes:
         self.mask = self.arms.pop()
 
 
-def lanes_values(values, n: int) -> np.ndarray:
-    return np.broadcast_to(values, (n,))
-
-
 def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
     """`array[index] = value` on the iterations the statement takes effect on."""
     ok = L.ok()
