@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import cpp_ops, names
 from ..core import ir
-from .emit_python import may_raise
+from ..core.ir import may_raise
 from .layout import collective_frame_words, slots
 
 IND = "    "

@@ -8,6 +8,7 @@ marker; the engine (runtime/sim.py) maps a raising frame back to that .xl line.
 from __future__ import annotations
 
 from ..core import ir
+from ..core.ir import may_raise
 from . import names
 from ..semantics import py_ops
 from .emit_vec import VecEmitter
@@ -285,33 +286,6 @@ def _zero(t: ir.Type):
 
 def _loc_text(loc) -> str:
     return f"{loc.file}:{loc.line}"
-
-
-def may_raise(e) -> bool:
-    """Can evaluating this expression raise a runtime error (so its statement needs a line mark)?"""
-    if e is None:
-        return False
-    if isinstance(e, ir.Load):
-        return e.checked or may_raise(e.index)
-    if isinstance(e, ir.TensorLoad):
-        return any(e.checked) or any(may_raise(i) for i in e.indices)
-    if isinstance(e, ir.Call):
-        return True  # helpers and builtins may raise inside
-    if isinstance(e, ir.Binary):
-        if e.op in ("/", "%") and e.type != ir.F32 or e.op in ("<<", ">>"):
-            return True
-        return may_raise(e.left) or may_raise(e.right)
-    if isinstance(e, ir.Cast):
-        if e.operand.type == ir.F32 and ir.is_int(e.type):
-            return True
-        return may_raise(e.operand)
-    if isinstance(e, ir.Unary):
-        return may_raise(e.operand)
-    if isinstance(e, ir.Select):
-        return may_raise(e.cond) or may_raise(e.then) or may_raise(e.otherwise)
-    if isinstance(e, ir.Intrinsic):
-        return any(may_raise(a) for a in e.args)
-    return False
 
 
 def uses_lane_code(p: ir.Program) -> bool:

@@ -191,16 +191,46 @@ def may_read_shared(e: Expr) -> bool:
     return any(may_read_shared(getattr(e, name)) for name in children) or any(may_read_shared(a) for a in args)
 
 
+def may_raise(e) -> bool:
+    """Can evaluating this expression raise a runtime error?"""
+    if e is None:
+        return False
+    if isinstance(e, Load):
+        return e.checked or may_raise(e.index)
+    if isinstance(e, TensorLoad):
+        return any(e.checked) or any(may_raise(i) for i in e.indices)
+    if isinstance(e, Call):
+        return True  # helpers and builtins may raise inside
+    if isinstance(e, Binary):
+        if e.op in ("/", "%") and e.type != F32 or e.op in ("<<", ">>"):
+            return True
+        return may_raise(e.left) or may_raise(e.right)
+    if isinstance(e, Cast):
+        if e.operand.type == F32 and is_int(e.type):
+            return True
+        return may_raise(e.operand)
+    if isinstance(e, Unary):
+        return may_raise(e.operand)
+    if isinstance(e, Select):
+        return may_raise(e.cond) or may_raise(e.then) or may_raise(e.otherwise)
+    if isinstance(e, Intrinsic):
+        return any(may_raise(a) for a in e.args)
+    return False
+
+
 def local_condition(guard: Expr | None) -> Expr | None:
     """A necessary condition of `guard` that reads no shared state, or None when there is
     none (no guard, or every part reads shared state): the local conjuncts of an `&&` chain.
-    The GPU evaluates it before phase 2 to skip requests whose phase-2 guards cannot hold."""
+    The GPU evaluates it before phase 2 to skip requests whose phase-2 guards cannot hold.
+    A conjunct counts only when nothing evaluated before it can raise: `a[i] > 0 && flag`
+    with `flag` false still fails when `a[i]` does (found by fuzzing: seed 5523)."""
     if guard is None:
         return None
     if not may_read_shared(guard):
         return guard
     if isinstance(guard, Binary) and guard.op == "&&":
-        left, right = local_condition(guard.left), local_condition(guard.right)
+        left = local_condition(guard.left)
+        right = local_condition(guard.right) if not may_raise(guard.left) else None
         if left is None or right is None:
             return left if right is None else right
         return Binary("&&", left, right, BOOL, guard.loc)
