@@ -147,7 +147,7 @@ def _parse_param(module, item: str):
 
 
 def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None,
-                 observer=None):
+                 observer=None, team_warps: int | None = None):
     from ..runtime import cpu, sim
 
     if backend == "sim":
@@ -161,7 +161,8 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
         raise click.UsageError("the gpu backend needs CuPy and an NVIDIA GPU (pip install 'xlgen[gpu]')")
     mode = "fast" if backend == "gpu-fast" else "deterministic"
     try:
-        return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout)
+        return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout,
+                       team_warps=team_warps)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
         sys.exit(EXIT_HANG)

@@ -172,17 +172,21 @@ Examples:
   xlgen run stages/xl_spec.xl -w mixed --mode fast --timeout 30
   xlgen run stages/xl_spec.xl -w kv_pressure --report kv --plot kv=kv.png
   xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
+  xlgen run examples/gemv/gemv.xl --weights w.npz --team-warps 8      # 8 warps per request
 """)
 @click.argument("file", type=click.Path(path_type=Path))
 @_workload_options
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
 @click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
+@click.option("--team-warps", type=click.Choice(["1", "2", "4", "8", "16", "32"]), default=None,
+              help="Warps per request (deterministic mode): a block of W warps serves each request, its lanes "
+                   "loops spread over them (docs/gpu.md). Default 1, or $XLGEN_TEAM_WARPS.")
 @report_options
 @_GPUS_OPTIONS
 @_friendly
-def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, reports, plots, kv_report,
-            kv_plot, gpus=None, address=None):
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, team_warps, reports, plots,
+            kv_report, kv_plot, gpus=None, address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
     --report and --plot (the companion's) need deterministic mode: in fast mode a
@@ -200,6 +204,8 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         raise click.UsageError("--report and --plot report one run's state; with --gpus each GPU has its own")
     if gpus is None and address is not None:
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
+    if team_warps is not None and (mode != "deterministic" or gpus is not None):
+        raise click.UsageError("--team-warps runs in --mode deterministic on one GPU (not with --mode fast or --gpus)")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
         run = _sharded(lambda pool: pool.run(workload, timeout=timeout), compiled, file, gpus,
@@ -208,7 +214,8 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         click.echo(run.table())
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
     tools.check_wanted(compiled, module, workload, want, _check_output_path)
-    result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout)
+    result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout,
+                          team_warps=int(team_warps) if team_warps is not None else None)
     timing = result.extra["timing"]
     click.echo(_summary(compiled, result, workload.config.max_active))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
