@@ -28,10 +28,11 @@ class CppEmitter:
         self.line = 0
         self.bail = "return err;"
         self.conds = 0  # names the temporaries of conditions that may fail
-        self.warp_stores = False  # True while emitting a per-request stage
+        # How a request field is stored: None, plainly; per-request stages: XL_WARP_STORE (one lane
+        # of the team); a lanes loop: XL_LANE_STORE (each lane its own element); a lanes loop whose
+        # iterations hold reductions: XL_ITER_STORE (one lane of the iteration's warp).
+        self.field_store: str | None = None
         self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
-        self.lane_stores = False  # inside a lanes loop: each lane stores its own elements (XL_LANE_STORE)
-        self.iter_stores = False  # inside a lanes loop whose iterations hold reductions (XL_ITER_STORE)
 
     # ---- expressions -------------------------------------------------------------
 
@@ -219,13 +220,8 @@ class CppEmitter:
         }
 
     def _store(self, target: ir.Var, lhs: str, value: str) -> str:
-        """Request fields in per-request stages are stored by one lane of the warp (XL_WARP_STORE)."""
-        if target.kind == ir.FIELD and self.warp_stores:
-            return f"XL_WARP_STORE({lhs}, {value});"
-        if target.kind == ir.FIELD and self.lane_stores:
-            return f"XL_LANE_STORE({lhs}, {value});"
-        if target.kind == ir.FIELD and self.iter_stores:
-            return f"XL_ITER_STORE({lhs}, {value});"
+        if target.kind == ir.FIELD and self.field_store:
+            return f"{self.field_store}({lhs}, {value});"
         return f"{lhs} = {value};"
 
     def stmt_If(self, s: ir.If, depth):
@@ -271,31 +267,23 @@ class CppEmitter:
             lines.append(f"{pad}if (err.code) {self.bail}")
         return lines
 
-    def _lane_body(self, emit):
+    def _lane_body(self, emit, field_store: str = "XL_LANE_STORE"):
         """Emit code that runs once per iteration or element: inside a lambda whose `err` is
         the iteration's own; a failing statement returns from it (xl_lanes, xl_reduce_*)."""
-        saved = (self.bail, self.warp_stores, self.lane_stores)
-        self.bail, self.warp_stores, self.lane_stores = "return;", False, True
+        saved = (self.bail, self.field_store)
+        self.bail, self.field_store = "return;", field_store
         try:
             return emit()
         finally:
-            self.bail, self.warp_stores, self.lane_stores = saved
+            self.bail, self.field_store = saved
 
     def stmt_Lanes(self, s: ir.Lanes, depth):
         pad = IND * depth
         outer_bail = self.bail
         lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
-        if s.by_warp:  # a warp runs each iteration: its lane 0 stores (XL_ITER_STORE)
-            saved = (self.bail, self.warp_stores, self.iter_stores)
-            self.bail, self.warp_stores, self.iter_stores = "return;", False, True
-            try:
-                body = self.block(s.body, depth + 2)
-            finally:
-                self.bail, self.warp_stores, self.iter_stores = saved
-            runner = "xl_lanes<true>"
-        else:
-            body = self._lane_body(lambda: self.block(s.body, depth + 2))
-            runner = "xl_lanes<false>"
+        store = "XL_ITER_STORE" if s.by_warp else "XL_LANE_STORE"  # by_warp: a warp runs each iteration
+        body = self._lane_body(lambda: self.block(s.body, depth + 2), store)
+        runner = f"xl_lanes<{'true' if s.by_warp else 'false'}>"
         lines.append(f"{pad}{IND}{runner}(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
         lines += body
         lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
@@ -369,14 +357,14 @@ class CppEmitter:
 
     def stage(self, s: ir.Stage, trace: ir.Trace | None) -> dict:
         self.bail = "return err;"
-        self.warp_stores = not s.in_phase2
+        self.field_store = None if s.in_phase2 else "XL_WARP_STORE"
         self.conds = 0
         guard = None
         if s.guard is not None:
             guard = self.statement_expr(s.guard, s.guard.loc.line)
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
-        self.warp_stores = False
+        self.field_store = None
         return {
             "name": s.name,
             "index": s.index,

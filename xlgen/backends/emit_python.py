@@ -147,29 +147,31 @@ class PyEmitter:
     def stmt_For(self, s: ir.For, depth):
         return [f"{'    ' * depth}for {names.py(s.var)} in range({s.start}, {s.stop}):", *self.block(s.body, depth + 1)]
 
+    def _lane_bounds(self, s, depth) -> str:
+        """A lanes loop's or reduction's bounds, evaluated once."""
+        return f"{'    ' * depth}xl_lo, xl_hi = {self.expr(s.start)}, {self.expr(s.stop)}  {LINE_MARK}{s.loc.line}"
+
     def _lane_statement(self, s, depth, scalar: list[str], vector: list[str]) -> list[str]:
-        """A lanes loop or reduction: its bounds once, then a Python loop over a short range
-        or numpy arrays over a long one (runtime/vec.py use_scalar); both give §13.2's result."""
+        """Its bounds, then a Python loop over a short range or numpy arrays over a long one
+        (semantics/vec.py use_scalar); both give §13.2's result."""
         pad = "    " * depth
-        mark = f"  {LINE_MARK}{s.loc.line}"
-        bounds = f"{pad}xl_lo, xl_hi = {self.expr(s.start)}, {self.expr(s.stop)}{mark}"
-        return [bounds, f"{pad}if use_scalar(xl_hi - xl_lo):", *scalar, f"{pad}else:",
+        return [self._lane_bounds(s, depth), f"{pad}if use_scalar(xl_hi - xl_lo):", *scalar, f"{pad}else:",
                 *["    " * (depth + 1) + line for line in vector]]
 
+    def _lanes_loop(self, s: ir.Lanes, depth) -> list[str]:
+        """The iterations one after another: each runs to its end or its first error; the
+        lowest failing one's error is raised after the loop."""
+        pad = "    " * depth
+        return [f"{pad}xl_first = None", f"{pad}for {names.py(s.var)} in range(xl_lo, xl_hi):",
+                f"{pad}    try:", *self.block(s.body, depth + 2), f"{pad}    except XlRuntimeError as xl_e:",
+                f"{pad}        xl_first = xl_first or xl_e", f"{pad}if xl_first is not None:",
+                f"{pad}    raise xl_first"]
+
     def stmt_Lanes(self, s: ir.Lanes, depth):
-        pad = "    " * (depth + 1)
-        # every iteration runs; the lowest failing one's error is raised after the loop
-        scalar = [f"{pad}xl_first = None", f"{pad}for {names.py(s.var)} in range(xl_lo, xl_hi):",
-                  f"{pad}    try:", *self.block(s.body, depth + 3), f"{pad}    except XlRuntimeError as xl_e:",
-                  f"{pad}        xl_first = xl_first or xl_e", f"{pad}if xl_first is not None:",
-                  f"{pad}    raise xl_first"]
         if s.by_warp:  # iterations holding reductions: a Python loop (each reduction vectorised)
-            mark = f"  {LINE_MARK}{s.loc.line}"
-            pad = "    " * depth
-            return [f"{pad}xl_lo, xl_hi = {self.expr(s.start)}, {self.expr(s.stop)}{mark}",
-                    f"{pad}if True:", *scalar]
+            return [self._lane_bounds(s, depth), *self._lanes_loop(s, depth)]
         vector = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
-        return self._lane_statement(s, depth, scalar, vector)
+        return self._lane_statement(s, depth, self._lanes_loop(s, depth + 1), vector)
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
         pad = "    " * (depth + 1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import xlmath
-from .builtins import b_hash_u32  # noqa: F401 - the scalar twin of v_hash_u32 below, for readers
 from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRuntimeError, wrap_i32
 
 F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_

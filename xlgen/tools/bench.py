@@ -16,7 +16,6 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 
 from .diff import committed_output_fields, compare, compare_results
 from .metrics import output_count

@@ -307,38 +307,32 @@ def _expr_children(e: ir.Expr):
     return _children(e)
 
 
-def _stmt_exprs(s: ir.Stmt):
-    """The expressions a statement evaluates, and its nested statement lists."""
+def _stmt_exprs(s: ir.Stmt) -> tuple:
+    """The expressions a statement evaluates itself (not those of its nested statements)."""
     if isinstance(s, (ir.Let, ir.Return, ir.Collective)):
-        return (s.value,), ()
+        return (s.value,)
     if isinstance(s, (ir.Assign, ir.Accumulate)):
-        return tuple(x for x in (s.value, s.index) if x is not None), ()
+        return tuple(x for x in (s.value, s.index) if x is not None)
     if isinstance(s, ir.ExprStmt):
-        return (s.expr,), ()
+        return (s.expr,)
     if isinstance(s, ir.If):
-        return tuple(c for c, _ in s.arms), tuple(b for _, b in s.arms) + (s.otherwise,)
-    if isinstance(s, ir.For):
-        return (), (s.body,)
+        return tuple(c for c, _ in s.arms)
     if isinstance(s, ir.Lanes):
-        return (s.start, s.stop), (s.body,)
+        return (s.start, s.stop)
     if isinstance(s, ir.Reduce):
-        return (s.start, s.stop, s.value), ()
-    return (), ()
+        return (s.start, s.stop, s.value)
+    return ()
 
 
 def _loads_in(stmts):
-    """Every array load in a statement list (iteratively: bodies may be deep)."""
-    stack_s = list(stmts)
-    while stack_s:
-        exprs, bodies = _stmt_exprs(stack_s.pop())
-        for body in bodies:
-            stack_s.extend(body)
-        stack_e = list(exprs)
-        while stack_e:
-            e = stack_e.pop()
+    """Every array load in a statement list, nested statements included."""
+    for st in ir.statements(stmts):
+        stack = list(_stmt_exprs(st))
+        while stack:
+            e = stack.pop()
             if isinstance(e, ir.Load):
                 yield e
-            stack_e.extend(_expr_children(e))
+            stack.extend(_expr_children(e))
 
 
 def _mentions(e: ir.Expr, names: set[str]) -> bool:
