@@ -7,7 +7,8 @@ g_mlp))`, causal multi-head attention with head dim 32, MLP `w_down @ silu(w_up 
 RMSNorm and an untied LM head; no biases. Matrices are stored [out, in] (y[i] = sum_j W[i, j]
 x[j]), float32, row-major, under flat names (`tok_emb`, `pos_emb`, `l0_wq`, ..., `final_g`,
 `lm_head`). A file of another size of the same architecture loads too: the number of layers
-and the width are read from the tensors.
+and the width are read from the tensors. The pair file (`pair`, `load_pair`) holds both models
+as `target_<name>` / `draft_<name>` with the per-layer tensors stacked (`target_wq` [L, d, d]).
 
     python3 models/byte_lm.py check                                   # the shipped files' names/shapes
     python3 models/byte_lm.py decode --prompt code_class -n 32        # target, greedy, no cache
@@ -16,6 +17,8 @@ and the width are read from the tensors.
     python3 models/byte_lm.py acceptance --device cuda -o acc.json    # draft vs target per prompt kind
     python3 models/byte_lm.py record -o models/bytes_pair/reference_tokens.json
     python3 models/byte_lm.py pair                                    # target_* + draft_* in pair.safetensors
+    python3 models/byte_lm.py pair --target T.safetensors --draft D.safetensors -o my_pair.safetensors
+    python3 models/byte_lm.py decode --weights my_pair.safetensors --model draft --numpy -n 16
 
 `decode` prints the tokens (bytes) and the smallest top-1 logit margin (largest logit minus
 the second largest) over the run: a margin near 0 is where another implementation of the same
@@ -108,16 +111,12 @@ def config_of(arrays: dict[str, np.ndarray], source: str = "the weights") -> Con
     return cfg
 
 
-def load_weights(path: str | Path) -> tuple[Config, dict[str, np.ndarray]]:
-    """A model's tensors from a .safetensors file (numpy, no torch), checked against the architecture."""
-    from safetensors.numpy import load_file
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
-    try:
-        arrays = load_file(str(path))
-    except Exception as exc:  # safetensors raises its own error types for a bad header
-        raise ModelError(f"{path}: not a readable .safetensors file ({exc})") from None
+def load_weights(path: str | Path, model: str | None = None) -> tuple[Config, dict[str, np.ndarray]]:
+    """A model's tensors from a .safetensors file (numpy, no torch), checked against the architecture.
+    A pair file (target_* / draft_*, layers stacked) gives the model named by `model` ("target" by default)."""
+    arrays = _read_safetensors(path)
+    if any(k.startswith(("target_", "draft_")) for k in arrays):
+        return split_pair(arrays, str(path))[model or "target"]
     return config_of(arrays, str(path)), arrays
 
 
@@ -128,13 +127,117 @@ def save_weights(path: str | Path, arrays: dict[str, np.ndarray], metadata: dict
     save_file(ordered, str(path), metadata=metadata)
 
 
+# --------------------------------------------------------------------------- the pair file
+
+PAIR_MODELS = ("target", "draft")
+LAYER_TENSORS = ("g_attn", "wq", "wk", "wv", "wo", "g_mlp", "w_up", "w_down")  # l{i}_<name>, stacked in a pair file
+PAIR_FILE = PAIR_DIR / "pair.safetensors"
+
+
+def stacked_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """One model's tensors in the pair file's layout, in file order: the per-layer tensors `l{i}_<name>`
+    stacked into one `<name>` of shape [n_layers, ...] (layer i = index i), the others as they are."""
+    flat = tensor_shapes(cfg)
+    out: dict[str, tuple[int, ...]] = {"tok_emb": flat["tok_emb"], "pos_emb": flat["pos_emb"]}
+    for name in LAYER_TENSORS:
+        out[name] = (cfg.n_layers, *flat[f"l0_{name}"]) if cfg.n_layers else (0,)
+    out.update({"final_g": flat["final_g"], "lm_head": flat["lm_head"]})
+    return out
+
+
+def stack_layers(arrays: dict[str, np.ndarray], source: str = "the weights") -> dict[str, np.ndarray]:
+    """A model's per-layer tensors (`l0_wq`, `l1_wq`, ...) as stacked ones (`wq` [n_layers, d, d])."""
+    cfg = config_of(arrays, source)
+    out = {"tok_emb": arrays["tok_emb"], "pos_emb": arrays["pos_emb"]}
+    for name in LAYER_TENSORS:
+        out[name] = np.stack([arrays[f"l{i}_{name}"] for i in range(cfg.n_layers)])
+    out.update({"final_g": arrays["final_g"], "lm_head": arrays["lm_head"]})
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def unstack_layers(stacked: dict[str, np.ndarray], source: str = "the weights") -> tuple[Config, dict[str, np.ndarray]]:
+    """The inverse of stack_layers, checked: every name, shape and dtype of the stacked layout
+    (the number of layers is the leading dimension of `wq`, the width `tok_emb`'s second)."""
+    if "tok_emb" not in stacked or "pos_emb" not in stacked or "wq" not in stacked:
+        raise ModelError(f"{source}: no 'tok_emb' / 'pos_emb' / 'wq' tensor "
+                         f"(found: {', '.join(sorted(stacked)) or 'none'})")
+    d = int(stacked["tok_emb"].shape[-1])
+    if d <= 0 or d % HEAD_DIM:
+        raise ModelError(f"{source}: d_model {d} (tok_emb's second dimension) is not a positive multiple of {HEAD_DIM}")
+    cfg = Config(n_layers=int(stacked["wq"].shape[0]) if stacked["wq"].ndim == 3 else 0, d_model=d,
+                 max_len=int(stacked["pos_emb"].shape[0]))
+    expected = stacked_shapes(cfg)
+    problems = []
+    for name, shape in expected.items():
+        if name not in stacked:
+            problems.append(f"missing tensor '{name}' (expected float32{list(shape)})")
+            continue
+        a = stacked[name]
+        if tuple(a.shape) != shape or a.dtype != np.float32:
+            problems.append(f"tensor '{name}': expected float32{list(shape)}, found {a.dtype}{list(a.shape)}")
+    extra = sorted(set(stacked) - set(expected))
+    if extra:
+        problems.append(f"tensors not in the architecture: {', '.join(extra)}")
+    if cfg.n_layers < 1:
+        problems.append("no layers ('wq' must be [n_layers, d, d] with n_layers >= 1)")
+    if problems:
+        raise ModelError(f"{source} (read as {cfg.n_layers} layers, d_model {d}):\n  " + "\n  ".join(problems))
+    flat = {"tok_emb": stacked["tok_emb"], "pos_emb": stacked["pos_emb"]}
+    for i in range(cfg.n_layers):
+        for name in LAYER_TENSORS:
+            flat[f"l{i}_{name}"] = np.ascontiguousarray(stacked[name][i])
+    flat.update({"final_g": stacked["final_g"], "lm_head": stacked["lm_head"]})
+    return config_of(flat, source), {k: flat[k] for k in tensor_shapes(cfg)}
+
+
+def pair_arrays(target: dict[str, np.ndarray], draft: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Both models' per-layer tensors in the pair file's layout: `target_<name>` and `draft_<name>`,
+    layers stacked (`target_wq` [4, 128, 128] = l0_wq .. l3_wq). The xl language's tensors have
+    constant dims, so a pipeline indexes a layer as the leading dimension."""
+    out = {}
+    for model, arrays in (("target", target), ("draft", draft)):
+        out.update({f"{model}_{k}": v for k, v in stack_layers(arrays, f"the {model}").items()})
+    return out
+
+
 def save_pair(path: str | Path, target: dict[str, np.ndarray], draft: dict[str, np.ndarray]) -> None:
-    """Both models in one file, as `target_<name>` and `draft_<name>`: for a pipeline that binds the
-    target and the draft in one launch (one --weights file)."""
+    """Both models in one file (pair_arrays' layout): the one --weights file of a pipeline that binds
+    the target and the draft in one launch."""
     from safetensors.numpy import save_file
-    config_of(target, "the target"), config_of(draft, "the draft")
-    save_file({f"{m}_{k}": np.ascontiguousarray(v, dtype=np.float32) for m, arrays in (("target", target), ("draft", draft))
-               for k, v in arrays.items()}, str(path), metadata={"prefixes": "target_, draft_"})
+    save_file(pair_arrays(target, draft), str(path),
+              metadata={"layout": "target_<name>, draft_<name>; per-layer tensors stacked: [n_layers, ...]"})
+
+
+def split_pair(arrays: dict[str, np.ndarray], source: str = "the pair") -> dict[str, tuple[Config, dict[str, np.ndarray]]]:
+    """A pair file's tensors back as two models with per-layer names: {"target": (cfg, arrays), "draft": ...}."""
+    models = {m: {k[len(m) + 1:]: v for k, v in arrays.items() if k.startswith(m + "_")} for m in PAIR_MODELS}
+    stray = sorted(k for k in arrays if not k.startswith(tuple(m + "_" for m in PAIR_MODELS)))
+    problems = [f"tensors named neither target_* nor draft_*: {', '.join(stray)}"] if stray else []
+    out = {}
+    for m, tensors in models.items():
+        try:
+            out[m] = unstack_layers(tensors, f"{m}_*")
+        except ModelError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ModelError(f"{source}: not a model pair in the stacked layout:\n  " + "\n  ".join(problems))
+    return out
+
+
+def load_pair(path: str | Path = PAIR_FILE) -> dict[str, tuple[Config, dict[str, np.ndarray]]]:
+    """A pair file (save_pair's layout) read back and checked: {"target": (cfg, per-layer arrays), "draft": ...}."""
+    return split_pair(_read_safetensors(path), str(path))
+
+
+def _read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types for a bad header
+        raise ModelError(f"{path}: not a readable .safetensors file ({exc})") from None
 
 
 def load_prompts(path: str | Path = PROMPTS) -> list[dict]:
@@ -407,7 +510,7 @@ def acceptance_report(wt, ct, wd, cd, prompts: list[dict], n_new: int, device: s
 # --------------------------------------------------------------------------- CLI
 
 def _load(model: str, weights: str | None) -> tuple[Config, dict]:
-    return load_weights(weights or MODEL_FILES[model])
+    return load_weights(weights or MODEL_FILES[model], model)
 
 
 def _prompt_bytes(args) -> bytes:
@@ -429,13 +532,27 @@ def cmd_check(args) -> None:
         n = sum(a.size for a in arrays.values())
         print(f"{name}: {path.relative_to(HERE.parent)}: {cfg.n_layers} layers, d_model {cfg.d_model}, "
               f"{cfg.n_heads} heads, max_len {cfg.max_len}, {len(arrays)} tensors, {n:,} parameters")
+    pair = load_pair(PAIR_FILE)
+    same = all(np.array_equal(pair[m][1][k], v) for m, path in MODEL_FILES.items()
+               for k, v in load_weights(path)[1].items())
+    print(f"pair: {PAIR_FILE.relative_to(HERE.parent)}: layers stacked, "
+          + ", ".join(f"{m} {c.n_layers} x {c.d_model}" for m, (c, _) in pair.items())
+          + ("; equals the two files" if same else "; DIFFERS from the two files (python3 models/byte_lm.py pair)"))
+    if not same:
+        raise ModelError(f"{PAIR_FILE}: differs from {', '.join(str(p) for p in MODEL_FILES.values())}")
 
 
 def cmd_pair(args) -> None:
-    _, target = load_weights(args.target or MODEL_FILES["target"])
-    _, draft = load_weights(args.draft or MODEL_FILES["draft"])
+    target = load_weights(args.target or MODEL_FILES["target"], "target")[1]
+    draft = load_weights(args.draft or MODEL_FILES["draft"], "draft")[1]
     save_pair(args.output, target, draft)
-    print(f"wrote {args.output}: {len(target)} target_* and {len(draft)} draft_* tensors")
+    back = load_pair(args.output)  # the file reads back as the two models, bit for bit
+    for model, arrays in (("target", target), ("draft", draft)):
+        cfg, again = back[model]
+        assert all(np.array_equal(again[k], v) for k, v in arrays.items()), model
+    shapes = ", ".join(f"{m}_wq {list(stacked_shapes(back[m][0])['wq'])}" for m in PAIR_MODELS)
+    print(f"wrote {args.output}: {len(target)} target and {len(draft)} draft tensors as "
+          f"{len(stacked_shapes(back['target'][0]))} + {len(stacked_shapes(back['draft'][0]))} stacked ones ({shapes})")
 
 
 def cmd_decode(args) -> None:
@@ -511,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="load the shipped weights and print their sizes").set_defaults(fn=cmd_check)
     d = sub.add_parser("decode", help="greedy decoding of one prompt; prints tokens and the smallest margin")
     d.add_argument("--model", choices=sorted(MODEL_FILES), default="target")
-    d.add_argument("--weights", help="a .safetensors file of the same architecture (default: the shipped model)")
+    d.add_argument("--weights", help="a .safetensors file of the same architecture, or a pair file (--model picks "
+                                     "one; default: the shipped model)")
     g = d.add_mutually_exclusive_group()
     g.add_argument("--prompt", default="code_class", help="a bundled prompt's name (models/bytes_pair/prompts.json)")
     g.add_argument("--text", help="the prompt as text (UTF-8)")
@@ -528,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--device", default="cpu")
     a.add_argument("-o", "--output", help="write the report as JSON")
     a.set_defaults(fn=cmd_acceptance)
-    pp = sub.add_parser("pair", help="write the target and the draft into one file (target_* / draft_* names)")
+    pp = sub.add_parser("pair", help="write the target and the draft into one file (target_* / draft_* names, "
+                                    "layers stacked: target_wq [n_layers, d, d])")
     pp.add_argument("--target", help="target weights (default: shipped)")
     pp.add_argument("--draft", help="draft weights (default: shipped)")
     pp.add_argument("-o", "--output", default=str(PAIR_DIR / "pair.safetensors"))

@@ -40,12 +40,78 @@ def test_shipped_weights_have_documented_names_shapes_dtypes(name, n_layers, d):
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.max_len) == (n_layers, d, d // 32, 512)
 
 
-def test_pair_file_holds_both_models_under_prefixes():
+def documented_pair_shapes(prefix: str, n_layers: int, d: int) -> dict[str, tuple[int, ...]]:
+    """docs/models.md's pair layout, written out again here: per-layer tensors stacked, layer first."""
+    L, f = n_layers, 4 * d
+    shapes = {"tok_emb": (256, d), "pos_emb": (512, d), "g_attn": (L, d), "wq": (L, d, d), "wk": (L, d, d),
+              "wv": (L, d, d), "wo": (L, d, d), "g_mlp": (L, d), "w_up": (L, f, d), "w_down": (L, d, f),
+              "final_g": (d,), "lm_head": (256, d)}
+    return {f"{prefix}_{k}": v for k, v in shapes.items()}
+
+
+def test_pair_file_has_the_documented_stacked_layout():
     pair = load_file(str(PAIR / "pair.safetensors"))
+    assert {k: a.shape for k, a in pair.items()} == (documented_pair_shapes("target", 4, 128)
+                                                     | documented_pair_shapes("draft", 1, 64))
+    assert pair["target_wq"].shape == (4, 128, 128) and pair["draft_w_up"].shape == (1, 256, 64)
+    assert all(a.dtype == np.float32 for a in pair.values())
+
+
+def test_pair_file_equals_the_two_files_after_unstacking():
+    pair = load_file(str(PAIR / "pair.safetensors"))
+    stacked = {"g_attn", "wq", "wk", "wv", "wo", "g_mlp", "w_up", "w_down"}
     for name in ("target", "draft"):
         for k, a in load_file(str(PAIR / f"{name}.safetensors")).items():
-            np.testing.assert_array_equal(pair.pop(f"{name}_{k}"), a)
-    assert not pair
+            layer, _, base = k.partition("_")
+            if base in stacked and layer[0] == "l":  # l{i}_<base> is row i of <name>_<base>
+                np.testing.assert_array_equal(pair[f"{name}_{base}"][int(layer[1:])], a, err_msg=k)
+            else:
+                np.testing.assert_array_equal(pair[f"{name}_{k}"], a, err_msg=k)
+    for model, (cfg, arrays) in byte_lm.load_pair(PAIR / "pair.safetensors").items():
+        flat = load_file(str(PAIR / f"{model}.safetensors"))
+        assert list(arrays) == list(byte_lm.tensor_shapes(cfg)) and arrays.keys() == flat.keys()
+        assert all(np.array_equal(arrays[k], flat[k]) for k in flat)
+
+
+def test_pair_command_converts_other_weights_and_reads_back(tmp_path):
+    """A user's own weights of the same architecture (here: 2 layers x 32 and 1 x 32) through
+    `byte_lm.py pair --target --draft -o`, then decoded from the pair file."""
+    rng = np.random.default_rng(3)
+    files = {}
+    for model, n_layers in (("target", 2), ("draft", 1)):
+        arrays = {k: (rng.standard_normal(shape) * 0.1).astype(np.float32)
+                  for k, shape in documented_shapes(n_layers, 32).items()}
+        files[model] = (tmp_path / f"{model}.safetensors", arrays)
+        save_file(arrays, str(files[model][0]))
+    out = tmp_path / "mine.safetensors"
+    run = subprocess.run([sys.executable, str(ROOT / "models/byte_lm.py"), "pair", "--target", str(files["target"][0]),
+                          "--draft", str(files["draft"][0]), "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert {k: a.shape for k, a in load_file(str(out)).items()} == (documented_pair_shapes("target", 2, 32)
+                                                                    | documented_pair_shapes("draft", 1, 32))
+    back = byte_lm.load_pair(out)
+    for model, (path, arrays) in files.items():
+        cfg, again = back[model]
+        assert (cfg.n_layers, cfg.d_model) == ((2, 32) if model == "target" else (1, 32))
+        assert all(np.array_equal(again[k], v) for k, v in arrays.items())
+        cfg2, w2 = byte_lm.load_weights(out, model)  # a pair file loads as one model too
+        assert byte_lm.greedy_numpy(w2, cfg2, b"ab", 3) == byte_lm.greedy_numpy(arrays, cfg, b"ab", 3)
+
+
+def test_pair_loader_names_what_is_wrong(tmp_path):
+    pair = load_file(str(PAIR / "pair.safetensors"))
+    pair["target_wk"] = pair["target_wk"][:3].copy()  # one layer short
+    del pair["draft_final_g"]
+    pair["stray"] = np.zeros(2, np.float32)
+    bad = tmp_path / "bad_pair.safetensors"
+    save_file(pair, str(bad))
+    with pytest.raises(byte_lm.ModelError) as e:
+        byte_lm.load_pair(bad)
+    msg = str(e.value)
+    assert "tensor 'wk': expected float32[4, 128, 128], found float32[3, 128, 128]" in msg
+    assert "target_*" in msg and "draft_*" in msg and "missing tensor 'final_g'" in msg and "stray" in msg
+    with pytest.raises(byte_lm.ModelError, match="no such file"):
+        byte_lm.load_pair(tmp_path / "none.safetensors")
 
 
 def test_load_names_what_is_wrong(tmp_path):
