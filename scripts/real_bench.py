@@ -6,7 +6,7 @@ Variants, each on the bundled prompts (3 code, 3 prose, 2 random bytes: a mix of
 tokens per prompt, at every batch size of --batches (batch B: the prompts in groups of B, one
 launch per group, B requests resident at once):
 
-  mega plain        speculate=false: greedy decoding of the target alone, no draft (the reference)
+  mega plain        greedy decoding of the target alone, no draft (speculate=false; the reference)
   mega ASBS         speculative decoding, block sizes chosen by ASBS
   mega B=k          speculative decoding, fixed block size k (--blocks, default 1,2,4,8)
   torch eager_kv    PyTorch, a static KV cache, one eager decode step per token
@@ -148,7 +148,7 @@ class MegaRunner:
 
 
 def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.Prompt], n_new: int, batch: int,
-               repeats: int, plain: list[list[int]] | None) -> tuple[Row, list[list[int]]]:
+               repeats: int, plain: list[list[int]] | None, binding: rp.Binding) -> tuple[Row, list[list[int]]]:
     """One variant at one batch size: every launch once as a warm-up, then `repeats` timed runs;
     the answers of the last run (every run's must be the same: checked)."""
     program = runner.compiled.program
@@ -159,7 +159,7 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     rounds = 0
     note = []
     for group in groups(prompts, batch):
-        inputs = rp.request_inputs(group, n_new)
+        inputs = rp.request_inputs(group, n_new, binding)
         first = runner(params, inputs, batch)  # warm-up
         got = rp.committed_tokens(program, first.result)
         timed = [runner(params, inputs, batch) for _ in range(repeats)]
@@ -171,7 +171,7 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
         kernel = None if kernel is None or timed[0].kernel_ms is None else kernel + min(t.kernel_ms for t in timed)
         rounds = max(rounds, timed[-1].result.rounds)
         answers += got
-        stats += rp.speculation(program, timed[-1].result, group)
+        stats += rp.speculation(program, timed[-1].result, group, binding)
         failed = [rec for rec in timed[-1].result.records if rec[2] == 0xFFFFFFFF]
         if failed:
             note.append(f"{len(failed)} request(s) failed")
@@ -187,9 +187,10 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     return row, answers
 
 
-def mega_variants(blocks: list[int]) -> list[tuple[str, dict]]:
-    return ([("mega plain", {"speculate": False}), ("mega ASBS", {"speculate": True, "fixed_block": 0})]
-            + [(f"mega B={b}", {"speculate": True, "fixed_block": b}) for b in blocks])
+def mega_variants(binding: rp.Binding, blocks: list[int]) -> list[tuple[str, dict]]:
+    """(name, launch parameters) of every mega-kernel variant (the binding names the parameters)."""
+    return ([("mega plain", binding.params("plain")), ("mega ASBS", binding.params("speculative"))]
+            + [(f"mega B={b}", binding.params("fixed", b)) for b in blocks])
 
 
 def set_request_mode(mode: str | None) -> None:
@@ -309,7 +310,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"default {','.join(TORCH_MODES)} (eager_nocache too, batch 1 only)")
     ap.add_argument("--backend", choices=("gpu", "cpu", "sim"), default="gpu",
                     help="gpu (default); cpu or sim: a smoke test of the script (times mean nothing)")
-    ap.add_argument("--pipeline", type=Path, default=None, help="default stages/byte_spec.xl")
+    ap.add_argument("--pipeline", type=Path, default=None,
+                    help="default: the binding's (models/bytes_pair/pipeline.json: stages/byte_spec.xl)")
     ap.add_argument("--weights", type=Path, default=None, help="default models/bytes_pair/pair.safetensors")
     ap.add_argument("--reference", type=Path, default=None,
                     help="PyTorch's recorded tokens (default models/bytes_pair/reference_tokens.json)")
@@ -331,14 +333,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     from xlgen.backends.build import load
-    from xlgen.core.resources import data_dir
 
+    binding = rp.load_binding()
     prompts = rp.select_prompts(rp.load_prompts(), args.prompts)
-    rp.request_inputs(prompts, args.n)  # every prompt fits, before anything runs
+    rp.request_inputs(prompts, args.n, binding)  # every prompt fits, before anything runs
     weights = rp.load_weights(args.weights)
-    recorded = rp.load_reference(args.reference)
-    compiled = load(args.pipeline or data_dir("stages") / "byte_spec.xl")
+    recorded = rp.load_reference(args.reference, binding.reference_model)
+    compiled = load(args.pipeline or binding.pipeline_path())
     module = compiled.sim_module()
+    rp.check_binding(compiled.program, binding)
     teams = args.team_warps or [int(os.environ.get("XLGEN_TEAM_WARPS", "1"))]
     if args.backend != "gpu":
         teams = teams[:1]
@@ -346,7 +349,7 @@ def run(args: argparse.Namespace) -> dict:
     timed = next(p for p in __doc__.split("\n\n") if p.startswith("What is timed"))
     report = {"timed": " ".join(timed.split()), "backend": args.backend, "device": None,
               "torch": None, "n_new": args.n, "repeats": args.repeats, "prompts": [p.name for p in prompts],
-              "pipeline": str(args.pipeline or "stages/byte_spec.xl"), "first_launch_s": {}, "rows": []}
+              "pipeline": str(args.pipeline or binding.pipeline_path()), "first_launch_s": {}, "rows": []}
     if args.backend == "gpu":
         import cupy
 
@@ -363,12 +366,13 @@ def run(args: argparse.Namespace) -> dict:
                 continue
             runner = MegaRunner(compiled, args.backend, team, args.timeout)
             t0 = time.perf_counter()  # the first launch: compile (or the cache), module load, weights' upload
-            runner(rp.launch_params(module, weights, speculate=False), rp.request_inputs(prompts[:1], 1), 1)
+            runner(rp.launch_params(module, weights, binding.params("plain")), rp.request_inputs(prompts[:1], 1, binding),
+                   1)
             report["first_launch_s"][f"team {team} mode {mode or 'default'}"] = time.perf_counter() - t0
             for batch in args.batches:
-                for variant, params in mega_variants(args.blocks):
-                    row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, **params), prompts,
-                                              args.n, batch, args.repeats, plain)
+                for variant, params in mega_variants(binding, args.blocks):
+                    row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, params), prompts,
+                                              args.n, batch, args.repeats, plain, binding)
                     row.request_mode = mode
                     if plain is None:  # the first row: mega plain, the reference of every other
                         plain = answers
@@ -393,7 +397,8 @@ def run(args: argparse.Namespace) -> dict:
         device = "cuda" if args.backend == "gpu" else "cpu"
         torch.backends.cuda.matmul.allow_tf32 = False
         report["torch"] = torch.__version__
-        cfg, arrays = tb.byte_lm.load_weights(rp.pair_file() if args.weights is None else args.weights, "target")
+        cfg, arrays = tb.byte_lm.load_weights(rp.pair_file() if args.weights is None else args.weights,
+                                              binding.reference_model)
         w = tb.byte_lm.torch_weights(arrays, device)
         for batch in args.batches:
             for mode in args.torch_modes:

@@ -75,9 +75,10 @@ def test_request_mode_replaces_only_its_option(monkeypatch):
 
 
 def test_variants():
-    names = [v for v, _ in rb.mega_variants([2, 8])]
+    names = [v for v, _ in rb.mega_variants(rp.load_binding(), [2, 8])]
     assert names == ["mega plain", "mega ASBS", "mega B=2", "mega B=8"]
-    assert dict(rb.mega_variants([2]))["mega B=2"] == {"speculate": True, "fixed_block": 2}
+    assert dict(rb.mega_variants(rp.load_binding(), [2]))["mega B=2"] == {"eos_token": -1, "speculate": True,
+                                                                          "fixed_block": 2}
 
 
 def test_whole_run_on_the_cpu_build_of_the_stand_in(tmp_path):

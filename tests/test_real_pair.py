@@ -71,6 +71,21 @@ def test_select_by_name_kind_and_index_in_order_once_each():
         rp.select_prompts(prompts, " , ")
 
 
+def test_the_binding_names_byte_specs_interface():
+    b = rp.load_binding()
+    assert b.pipeline_path().name == "byte_spec.xl" and b.pipeline_path().parent.name == "stages"
+    assert (b.tokens, b.length, b.new_tokens, b.positions, b.headroom) == ("seq", "prompt_len", "max_new_tokens",
+                                                                           512, 8)
+    assert b.params("plain") == {"eos_token": -1, "speculate": False}
+    assert b.params("speculative") == {"eos_token": -1, "speculate": True, "fixed_block": 0}
+    assert b.params("fixed", 4) == {"eos_token": -1, "speculate": True, "fixed_block": 4}
+    with pytest.raises(ValueError):
+        b.params("fixed", 0)
+    assert (b.verify_stage, b.accepted, b.block) == ("spec_verify", "accepted_prefix_len", "current_block_size")
+    with pytest.raises(rp.RealPairError, match="not a binding.*KeyError: 'request'"):
+        rp.parse_binding({"pipeline": "x.xl"})
+
+
 def test_request_inputs_put_the_prompt_at_the_start_of_seq():
     prompts = rp.load_prompts()[:2]
     inputs = rp.request_inputs(prompts, 16)
@@ -108,12 +123,24 @@ def fake():
 
 def test_launch_params_bind_declared_tensors_and_no_eos():
     module = fake().sim_module()
-    params = rp.launch_params(module, rp.load_weights(), speculate=False)
+    params = rp.launch_params(module, rp.load_weights(), rp.load_binding().params("plain"))
     assert set(params) == {"target_final_g", "eos_token", "speculate"}  # the fake declares one tensor
     assert params["eos_token"] == -1 and params["speculate"] is False
-    assert rp.launch_params(module, None, eos_token=3)["eos_token"] == 3
+    assert rp.launch_params(module, None, {"eos_token": 3}) == {"eos_token": 3}
     with pytest.raises(rp.RealPairError, match="speculat: the pipeline has no such parameter"):
-        rp.launch_params(module, None, speculat=True)
+        rp.launch_params(module, None, {"speculat": True})
+
+
+def test_check_binding_names_what_the_pipeline_lacks(tmp_path):
+    rp.check_binding(fake().program, rp.load_binding())
+    doc = json.loads(rp.binding_file().read_text())
+    doc["request"]["tokens"] = "prompt_bytes"
+    doc["launch"]["block_param"] = "block"
+    doc["verify"]["block"] = "blk"
+    with pytest.raises(rp.RealPairError) as e:
+        rp.check_binding(fake().program, rp.parse_binding(doc))
+    assert str(e.value) == ("pipeline fake_byte_spec does not have what the pair's binding names: request field "
+                            "'prompt_bytes', launch parameter 'block', 'blk' in the trace of spec_verify")
 
 
 # ---- the reference ------------------------------------------------------------------------------
@@ -175,11 +202,11 @@ def test_agreement_table():
 
 # ---- a run (the stand-in pipeline) ---------------------------------------------------------
 
-def run_fake(prompts, n_new, **params):
+def run_fake(prompts, n_new, mode="speculative", block=0):
     compiled = fake()
     module = compiled.sim_module()
-    result = sim.run(module, rp.launch_params(module, rp.load_weights(), **params), rp.request_inputs(prompts, n_new),
-                     LaunchConfig(max_active=len(prompts)))
+    params = rp.launch_params(module, rp.load_weights(), rp.load_binding().params(mode, block))
+    result = sim.run(module, params, rp.request_inputs(prompts, n_new), LaunchConfig(max_active=len(prompts)))
     return compiled.program, result
 
 
@@ -203,14 +230,14 @@ def test_speculation_from_the_traces():
     assert [(k.kind, k.prompts, k.tokens) for k in kinds] == [("code", 1, 24), ("prose", 1, 24), ("random", 1, 24)]
     table = rp.format_speculation(rows)
     assert "kind random" in table and "tokens/step" in table
-    plain = rp.speculation(*run_fake(prompts, 24, speculate=False), prompts)
+    plain = rp.speculation(*run_fake(prompts, 24, "plain"), prompts)
     assert all(r.steps == 24 and r.proposed == 0 and r.tokens_per_step == 1 for r in plain)
     assert rp.format_speculation(plain).count(" - ") >= 3  # no acceptance without proposals
 
 
 def test_fixed_block_shows_in_the_trajectory(tmp_path):
     prompts = rp.select_prompts(rp.load_prompts(), "code_class,random_1")
-    program, result = run_fake(prompts, 24, fixed_block=2)
+    program, result = run_fake(prompts, 24, "fixed", 2)
     rows = rp.speculation(program, result, prompts)
     assert all(set(r.blocks.tolist()) == {2} for r in rows)
     path = rp.plot_block_sizes(rows, tmp_path / "sub" / "b.png")

@@ -1,11 +1,11 @@
 """`xlgen demo --real`: the real byte-level model pair (models/bytes_pair/) in the mega-kernel.
 
-Builds stages/byte_spec.xl and, on the bundled prompts:
+Builds the pipeline the pair's binding names (models/bytes_pair/pipeline.json:
+stages/byte_spec.xl) and, on the bundled prompts:
 1. diff-tests the backends on a short run (one prompt of each kind, a few new tokens, ASBS):
    the simulator is the reference, the CPU build (and the GPU) must reproduce its traces bit
    for bit;
-2. runs plain greedy decoding of the target (speculate=false) and speculative decoding with
-   ASBS, every prompt in one batch, on the GPU when there is one, else on the CPU build;
+2. runs plain greedy decoding of the target (no draft) and speculative decoding with ASBS, every prompt in one batch, on the GPU when there is one, else on the CPU build;
 3. checks that speculative decoding commits plain greedy's tokens, and compares both with
    PyTorch's recorded greedy tokens (reference_tokens.json: agreement and top-1 margins);
 4. prints acceptance and tokens per verify step per prompt and per kind, and plots the ASBS
@@ -68,24 +68,25 @@ def pick_diff_prompts(prompts: list[rp.Prompt]) -> list[rp.Prompt]:
 def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128, use_gpu: bool | None = None,
                   diff_tokens: int = DIFF_TOKENS, source: Path | None = None, weights_path: Path | None = None,
                   prompts_path: Path | None = None, reference_path: Path | None = None,
-                  echo=click.echo) -> RealDemo:
+                  binding_path: Path | None = None, echo=click.echo) -> RealDemo:
     from ..backends.build import load
-    from ..core.resources import data_dir
     from ..runtime import cpu, sim
     from ..runtime.sim import LaunchConfig
     from .diff import compare
     from .progress import progress_bar
 
+    binding = rp.load_binding(binding_path)
     prompts = rp.select_prompts(rp.load_prompts(prompts_path), selection)
-    inputs = rp.request_inputs(prompts, n_new)
+    inputs = rp.request_inputs(prompts, n_new, binding)
     diff_prompts = pick_diff_prompts(prompts)
-    diff_inputs = rp.request_inputs(diff_prompts, diff_tokens)
-    reference = rp.load_reference(reference_path)
+    diff_inputs = rp.request_inputs(diff_prompts, diff_tokens, binding)
+    reference = rp.load_reference(reference_path, binding.reference_model)
     weights = rp.load_weights(weights_path)
-    source = Path(source) if source is not None else data_dir("stages") / "byte_spec.xl"
+    source = Path(source) if source is not None else binding.pipeline_path()
     compiled = load(source)
     module = compiled.sim_module()
     program = compiled.program
+    rp.check_binding(program, binding)
     out_dir.mkdir(parents=True, exist_ok=True)  # after every input was checked: a bad one leaves nothing behind
 
     if use_gpu is None:
@@ -110,8 +111,8 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
 
     diff_backends = ["cpu"] + (["gpu"] if use_gpu else [])
     steps = 1 + len(diff_backends) + 2 + 1
-    asbs = rp.launch_params(module, weights)
-    plain_params = rp.launch_params(module, weights, speculate=False)
+    asbs = rp.launch_params(module, weights, binding.params("speculative"))
+    plain_params = rp.launch_params(module, weights, binding.params("plain"))
     config = LaunchConfig(max_active=len(prompts))
     results = {}
     with progress_bar(steps, "running the real pair", show_eta=False) as bar:
@@ -133,8 +134,8 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
             demo.timings.append(Timed(what, demo.backend, time.perf_counter() - t0,
                                       rp_tokens(program, results[what])))
             bar.update(1)
-        demo.plain = rp.summarise(program, results["plain greedy"], prompts, n_new, reference)
-        demo.spec = rp.summarise(program, results["speculative, ASBS"], prompts, n_new, reference)
+        demo.plain = rp.summarise(program, results["plain greedy"], prompts, n_new, reference, binding)
+        demo.spec = rp.summarise(program, results["speculative, ASBS"], prompts, n_new, reference, binding)
         demo.spec_equals_plain = demo.spec.answers == demo.plain.answers
         demo.plot = rp.plot_block_sizes(demo.spec.speculation, out_dir / "real_block_sizes.png",
                                         f"ASBS block size per verify step: {compiled.name}, real model pair, "

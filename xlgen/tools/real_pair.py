@@ -1,8 +1,12 @@
 """The bundled real model pair (models/bytes_pair/, docs/models.md) as launches of a pipeline
-with its interface (stages/byte_spec.xl), and a run's answers against PyTorch's.
+(stages/byte_spec.xl), and a run's answers against PyTorch's.
+
+xlgen names no pipeline's fields: which request fields take a prompt, which launch parameters
+select plain greedy or speculative decoding, and which trace holds a verify step come from the
+pair's binding file, models/bytes_pair/pipeline.json (`Binding`).
 
 - inputs: the bundled prompts (`prompts.json`: text as UTF-8, or hex) as per-request field
-  overrides `seq` (the prompt's bytes, then zeros), `prompt_len`, `max_new_tokens`;
+  overrides: the prompt's bytes (then zeros), its length, the new tokens asked for;
   `select_prompts` picks some by name, kind or index;
 - weights: the stacked pair file (`pair.safetensors`, checked by models/byte_lm.py's loader)
   as launch parameters, only the tensors a pipeline declares;
@@ -30,8 +34,6 @@ import numpy as np
 
 from ..core.resources import data_dir
 
-SEQ_LEN = 512  # the pipeline's seq: i32[512], the models' max_len
-BLOCK_HEADROOM = 8  # a verify step past the last token asked for needs a block of room (prompts.json says so)
 KINDS = ("code", "prose", "random")
 KIND_COLOURS = {"code": "tab:blue", "prose": "tab:green", "random": "tab:red"}
 # A disagreement with PyTorch at a recorded top-1 margin below this is float32 noise (the order of
@@ -52,16 +54,112 @@ def pair_dir() -> Path:
     return models_dir() / "bytes_pair"
 
 
+def binding_file() -> Path:
+    return pair_dir() / "pipeline.json"
+
+
 def pair_file() -> Path:
-    return pair_dir() / "pair.safetensors"
+    return pair_dir() / load_binding().weights
 
 
 def prompts_file() -> Path:
-    return pair_dir() / "prompts.json"
+    return pair_dir() / load_binding().prompts
 
 
 def reference_file() -> Path:
-    return pair_dir() / "reference_tokens.json"
+    return pair_dir() / load_binding().reference
+
+
+# ---- the binding: how a pipeline takes the pair --------------------------------------------
+
+@dataclass(frozen=True)
+class Binding:
+    """models/bytes_pair/pipeline.json: the pipeline and the names it gives the pair's inputs,
+    launch parameters and verify steps (its "about" says what each entry is)."""
+    pipeline: str  # a file of the bundled stages, or a path
+    weights: str
+    prompts: str
+    reference: str
+    reference_model: str
+    tokens: str  # request field: the prompt's bytes, then zeros
+    length: str  # request field: the prompt's length
+    new_tokens: str  # request field: new tokens asked for
+    positions: int  # the models' max_len: the length of `tokens`
+    headroom: int  # room a verify step needs past the last token asked for
+    every: dict  # launch parameters of every launch
+    plain: dict  # ... of plain greedy decoding
+    speculative: dict  # ... of speculative decoding with ASBS
+    block_param: str  # the launch parameter of a fixed block size
+    verify_stage: str
+    accepted: str  # traced at verify_stage: the accepted prefix
+    block: str  # traced at verify_stage: the block size chosen
+    proposed: str | None = None  # traced at verify_stage (when it is): drafted tokens of the step
+    proposed_total: str | None = None  # request field: drafted tokens in all
+
+    def params(self, mode: str, block: int = 0) -> dict:
+        """Launch parameters of `mode`: "plain", "speculative" (ASBS), or "fixed" (block > 0)."""
+        if mode == "plain":
+            return {**self.every, **self.plain}
+        if mode == "speculative":
+            return {**self.every, **self.speculative}
+        if mode == "fixed" and block > 0:
+            return {**self.every, **self.speculative, self.block_param: block}
+        raise ValueError(f"mode {mode!r} (block {block}): plain, speculative, or fixed with a block >= 1")
+
+    def pipeline_path(self) -> Path:
+        path = Path(self.pipeline)
+        return path if path.is_absolute() or path.parent != Path(".") else data_dir("stages") / path
+
+
+def parse_binding(doc: dict, source: str = "the binding") -> Binding:
+    try:
+        req, launch, verify = doc["request"], doc["launch"], doc["verify"]
+        return Binding(pipeline=str(doc["pipeline"]), weights=str(doc["weights"]), prompts=str(doc["prompts"]),
+                       reference=str(doc["reference"]["file"]), reference_model=str(doc["reference"]["model"]),
+                       tokens=str(req["tokens"]), length=str(req["length"]), new_tokens=str(req["new_tokens"]),
+                       positions=int(req["positions"]), headroom=int(req["headroom"]),
+                       every=dict(launch["every"]), plain=dict(launch["plain"]),
+                       speculative=dict(launch["speculative"]), block_param=str(launch["block_param"]),
+                       verify_stage=str(verify["stage"]), accepted=str(verify["accepted"]),
+                       block=str(verify["block"]), proposed=verify.get("proposed"),
+                       proposed_total=verify.get("proposed_total"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RealPairError(f"{source}: not a binding of the pair to a pipeline "
+                            f"({type(exc).__name__}: {exc}; see models/bytes_pair/pipeline.json)") from None
+
+
+@lru_cache(maxsize=8)
+def _binding(path: str) -> Binding:
+    try:
+        return parse_binding(json.loads(Path(path).read_text()), path)
+    except OSError as exc:
+        raise RealPairError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RealPairError(f"{path}: not JSON ({exc})") from None
+
+
+def load_binding(path: str | Path | None = None) -> Binding:
+    return _binding(str(path if path is not None else binding_file()))
+
+
+def check_binding(program, binding: Binding) -> None:
+    """Every name the binding gives exists in the pipeline (one message listing what does not)."""
+    fields = {f.name for f in program.request_fields}
+    params = {p.name for p in program.params}
+    problems = [f"request field '{n}'" for n in (binding.tokens, binding.length, binding.new_tokens) if n not in fields]
+    launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1}
+    problems += [f"launch parameter '{n}'" for n in launch if n not in params]
+    trace = next((t for t in program.traces if t.stage == binding.verify_stage), None)
+    if trace is None:
+        problems.append(f"a trace of stage '{binding.verify_stage}'")
+    else:
+        problems += [f"'{n}' in the trace of {binding.verify_stage}" for n in (binding.accepted, binding.block)
+                     if n not in trace.fields]
+    if program.tooling.output is None:
+        problems.append("an `output` declaration (the answer)")
+    if problems:
+        raise RealPairError(f"pipeline {program.name} does not have what the pair's binding names: "
+                            + ", ".join(problems))
 
 
 @lru_cache(maxsize=1)
@@ -169,22 +267,22 @@ def select_prompts(prompts: list[Prompt], selection: str | None) -> list[Prompt]
     return list(chosen.values())
 
 
-def request_inputs(prompts: list[Prompt], n_new: int, seq_len: int = SEQ_LEN,
-                   headroom: int = BLOCK_HEADROOM) -> list[dict]:
-    """One request per prompt: `seq` (the prompt's bytes at 0..prompt_len-1, the rest 0),
-    `prompt_len`, `max_new_tokens` = n_new. Refused where the prompt, the new tokens and a
-    block of headroom would not fit `seq_len` positions."""
+def request_inputs(prompts: list[Prompt], n_new: int, binding: Binding | None = None) -> list[dict]:
+    """One request per prompt, as the binding names its fields: the prompt's bytes at
+    0..length-1 of the token field (the rest 0), its length, and n_new new tokens. Refused where
+    the prompt, the new tokens and the headroom would not fit the models' positions."""
+    b = binding or load_binding()
     if isinstance(n_new, bool) or not isinstance(n_new, (int, np.integer)) or n_new < 1:
         raise RealPairError(f"new tokens = {n_new!r}: give an integer >= 1")
     out = []
     for p in prompts:
-        if len(p.data) + n_new + headroom > seq_len:
+        if len(p.data) + n_new + b.headroom > b.positions:
             raise RealPairError(f"prompt '{p.name}' ({len(p.data)} bytes) + {n_new} new tokens + a block of "
-                                f"{headroom} exceeds the models' {seq_len} positions: at most "
-                                f"{seq_len - headroom - len(p.data)} new tokens for it")
-        seq = [0] * seq_len
-        seq[: len(p.data)] = p.data
-        out.append({"seq": seq, "prompt_len": len(p.data), "max_new_tokens": int(n_new)})
+                                f"{b.headroom} exceeds the models' {b.positions} positions: at most "
+                                f"{b.positions - b.headroom - len(p.data)} new tokens for it")
+        tokens = [0] * b.positions
+        tokens[: len(p.data)] = p.data
+        out.append({b.tokens: tokens, b.length: len(p.data), b.new_tokens: int(n_new)})
     return out
 
 
@@ -210,16 +308,13 @@ def load_weights(path: str | Path | None = None) -> dict[str, np.ndarray]:
     return arrays
 
 
-def launch_params(module, weights: dict[str, np.ndarray] | None = None, **params) -> dict:
-    """Launch parameters for a pipeline with byte_spec's interface: the weights it declares as
-    tensors (a pair file has both models; a pipeline may bind fewer), then `params` by name.
-    `eos_token` is -1 unless given (a pipeline that has it): PyTorch's greedy reference has no
-    end-of-sequence byte, and byte 0 is a byte like any other."""
+def launch_params(module, weights: dict[str, np.ndarray] | None = None, params: dict | None = None) -> dict:
+    """Launch parameters: the weights the pipeline declares as tensors (a pair file has both
+    models; a pipeline may bind fewer), then `params` by name (Binding.params gives them)."""
+    params = dict(params or {})
     declared = getattr(module.Params, "TENSORS", {})
     types = module.Params.TYPES
     out = {name: weights[name] for name in declared if weights is not None and name in weights}
-    if "eos_token" in types and "eos_token" not in params:
-        out["eos_token"] = -1
     unknown = sorted(set(params) - set(types))
     if unknown:
         raise RealPairError(f"launch parameter(s) {', '.join(unknown)}: the pipeline has no such parameter "
@@ -253,8 +348,10 @@ def parse_reference(doc: dict, model: str = "target", source: str = "the referen
         raise RealPairError(f"{source}: not a reference of model '{model}' ({type(exc).__name__}: {exc})") from None
 
 
-def load_reference(path: str | Path | None = None, model: str = "target") -> dict[str, Recorded]:
+def load_reference(path: str | Path | None = None, model: str | None = None) -> dict[str, Recorded]:
+    """PyTorch's recorded tokens of `model` (the binding's reference model by default)."""
     path = Path(path) if path is not None else reference_file()
+    model = model or load_binding().reference_model
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
@@ -359,10 +456,10 @@ def format_agreement(rows: list[Agreement]) -> str:
 # ---- a run: answers and speculation -------------------------------------------------------------
 
 def committed_tokens(program, result) -> list[list[int]]:
-    """Each request's answer: the first `count` elements of the pipeline's `output FIELD[count]`."""
+    """Each request's answer: the first COUNT elements of the pipeline's `output FIELD[COUNT]`."""
     out = program.tooling.output
     if out is None:
-        raise RealPairError(f"pipeline {program.name} declares no `output` (byte_spec: output out_tokens[n_out])")
+        raise RealPairError(f"pipeline {program.name} declares no `output` (its answer: output FIELD[COUNT])")
     reqs = result.requests
     length = reqs.dtype[out.field].shape[0]
     counts = np.clip(reqs[out.count].astype(np.int64), 0, length)
@@ -371,13 +468,13 @@ def committed_tokens(program, result) -> list[list[int]]:
 
 @dataclass
 class Speculation:
-    """One request's verify steps, from the spec_verify trace (in round order)."""
+    """One request's verify steps, from the trace of the binding's verify stage (in round order)."""
     name: str
     kind: str
     tokens: int  # committed
-    accepted: np.ndarray  # accepted_prefix_len per verify step
-    blocks: np.ndarray  # current_block_size per verify step (the block chosen for the next step)
-    proposed: int | None = None  # drafted tokens in all (draft_len in the trace, or total_proposed)
+    accepted: np.ndarray  # the accepted prefix of every verify step
+    blocks: np.ndarray  # the block size every verify step chose (for the next step)
+    proposed: int | None = None  # drafted tokens in all (per step in the trace, or the final state's total)
 
     @property
     def steps(self) -> int:
@@ -397,16 +494,17 @@ class Speculation:
         return float(self.blocks.mean()) if len(self.blocks) else float("nan")
 
 
-def speculation(program, result, prompts: list[Prompt]) -> list[Speculation]:
+def speculation(program, result, prompts: list[Prompt], binding: Binding | None = None) -> list[Speculation]:
     """Per request (= per prompt, in order): accepted prefix and block size at every verify step;
-    proposed tokens from the trace's draft_len when traced, else the final total_proposed."""
+    drafted tokens from the trace when it holds them, else from the final state."""
     from .metrics import trace_series
 
+    b = binding or load_binding()
     answers = committed_tokens(program, result)
-    traced = next(t for t in program.traces if t.stage == "spec_verify").fields
-    accepted = trace_series(program, result, "spec_verify", "accepted_prefix_len")
-    blocks = trace_series(program, result, "spec_verify", "current_block_size")
-    drafted = trace_series(program, result, "spec_verify", "draft_len") if "draft_len" in traced else None
+    traced = next(t for t in program.traces if t.stage == b.verify_stage).fields
+    accepted = trace_series(program, result, b.verify_stage, b.accepted)
+    blocks = trace_series(program, result, b.verify_stage, b.block)
+    drafted = trace_series(program, result, b.verify_stage, b.proposed) if b.proposed in traced else None
     names = result.requests.dtype.names
     out = []
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int32))
@@ -414,8 +512,8 @@ def speculation(program, result, prompts: list[Prompt]) -> list[Speculation]:
         acc = accepted.get(i, empty)[1].astype(np.int64)
         if drafted is not None:
             proposed = int(drafted.get(i, empty)[1].astype(np.int64).sum())
-        elif "total_proposed" in names:
-            proposed = int(result.requests["total_proposed"][i])
+        elif b.proposed_total in names:
+            proposed = int(result.requests[b.proposed_total][i])
         else:
             proposed = None
         out.append(Speculation(p.name, p.kind, len(answers[i]), acc, blocks.get(i, empty)[1].astype(np.int64),
@@ -520,11 +618,11 @@ class PairRun:
 
 
 def summarise(program, result, prompts: list[Prompt], n_new: int,
-              reference: dict[str, Recorded] | None = None) -> PairRun:
+              reference: dict[str, Recorded] | None = None, binding: Binding | None = None) -> PairRun:
     answers = committed_tokens(program, result)
     return PairRun(prompts, n_new, answers,
                    compare_run(answers, prompts, reference, n_new) if reference is not None else [],
-                   speculation(program, result, prompts))
+                   speculation(program, result, prompts, binding))
 
 
 def finite(x: float) -> float | None:
