@@ -113,6 +113,19 @@ class VecEmitter:
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.py(e.tensor)}[{flat}]"
 
+    def _pool_access(self, e) -> str:
+        """A pool access's arguments to v_pool_get / v_pool_set after the value: the pool (its
+        shared array itself: iterations write disjoint elements, so in place), a working copy
+        of the owner, the request id, the dims, the line, then each index, checked as it is
+        evaluated (left to right)."""
+        owner = self._array(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, e.pool.dims[0])))
+        req = self.expr(ir.Var(ir.REQ_ID, "req_id", ir.I32))
+        indices = [self._index(i, d, c) for i, d, c in zip(e.indices, e.pool.dims, e.checked)]
+        return f"sh.{names.py(e.pool.name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {', '.join(indices)}"
+
+    def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
+        return f"v_pool_get(xl_L, {self._pool_access(e)})"
+
     def expr_Unary(self, e: ir.Unary) -> str:
         mask = py_ops.flag_mask(e.type) if isinstance(e.type, ir.EnumType) else 0
         return VEC_UNARY[(e.op, py_ops.type_key(e.type))].format(a=self.expr(e.operand), mask=mask)
@@ -166,6 +179,12 @@ class VecEmitter:
         # the value first, then the index: the order the scalar simulator raises in
         return [f"{pad}xl_v = {value}",
                 f"{pad}v_store(xl_L, {array}, {self._index(s.index, s.target.type.length, s.checked)}, xl_v)",
+                f"{pad}xl_L.end()"]
+
+    def stmt_PoolStore(self, s: ir.PoolStore, depth):
+        pad = self._pad(depth)
+        # the value first, then the indices, then the owner check: the scalar simulator's order
+        return [f"{pad}xl_v = {self.expr(s.value)}", f"{pad}v_pool_set(xl_L, xl_v, {self._pool_access(s)})",
                 f"{pad}xl_L.end()"]
 
     def stmt_If(self, s: ir.If, depth):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import xlmath
-from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRuntimeError, wrap_i32
+from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER, ERR_SHIFT, XlRuntimeError, wrap_i32
 
 F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_
 REDUCE_LANES = 32
@@ -97,6 +97,27 @@ def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
 def v_assign(L: Lanes, old, new):
     """A lane local assigned inside an `if` arm: the new value where the statement runs."""
     return np.where(L.ok(), new, old)
+
+
+# ---- pools (docs/semantics.md §13.3) ----------------------------------------------------
+
+
+def _pool_element(L: Lanes, owner, req_id, dims, line: int, indices):
+    """The flat positions of the elements (indices already checked, left to right), after
+    the owner check of their pages."""
+    L.check(owner[np.asarray(indices[0], dtype=np.int64)] != req_id, ERR_NOT_OWNER, line)
+    flat = np.int64(0)
+    for i, d in zip(indices, dims):
+        flat = flat * d + np.asarray(i, dtype=np.int64)
+    return flat
+
+
+def v_pool_get(L: Lanes, data, owner, req_id, dims, line: int, *indices):
+    return data[_pool_element(L, owner, req_id, dims, line, indices)]
+
+
+def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, *indices) -> None:
+    v_store(L, data, _pool_element(L, owner, req_id, dims, line, indices), value)
 
 
 # ---- checked operations ---------------------------------------------------------------
