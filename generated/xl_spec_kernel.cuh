@@ -76,6 +76,29 @@ __shared__ void* xl_twin[32];
 #define XL_LANE_STORE(lhs, value) do { lhs = (value); } while (0)
 #endif
 
+// A pool's store (pools are in global memory, not in the request's slot): in ordinary stage
+// code one thread of the team stores between two syncs, as XL_WARP_STORE; in an iteration
+// holding reductions, lane 0 of the iteration's warp. A lanes loop's iteration stores plainly.
+#if XL_ON_GPU
+#define XL_POOL_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        XL_TEAM_SYNC();                                      \
+        if (XL_TEAM_RANK == 0) lhs = xl_stored;              \
+        XL_TEAM_SYNC();                                      \
+    } while (0)
+#define XL_POOL_ITER_STORE(lhs, value)                       \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        __syncwarp();                                        \
+        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
+        __syncwarp();                                        \
+    } while (0)
+#else
+#define XL_POOL_STORE(lhs, value) do { lhs = (value); } while (0)
+#define XL_POOL_ITER_STORE(lhs, value) do { lhs = (value); } while (0)
+#endif
+
 // `x == x` is valid xl for every type (and meaningful for f32: false for NaN).
 // The CPU build compiles with -Wall -Werror, where an integer self-comparison
 // would fail it (-Wtautological-compare).
@@ -503,7 +526,7 @@ XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, c
 struct Frame_kv_manage {
     int32_t now;
     int32_t pt;
-    int32_t pool;
+    int32_t pool_size;
     bool pressured;
     int32_t committed_tok;
     int32_t total_tok;
@@ -561,11 +584,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 0: {
         [[maybe_unused]] int32_t now = xl_add(sh.kv_tick, 1);
         [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
-        [[maybe_unused]] int32_t pool = xl_clamp(p.pool_pages, 1, MAX_PAGES);
+        [[maybe_unused]] int32_t pool_size = xl_clamp(p.pool_pages, 1, MAX_PAGES);
         if (r.kv_prev_tick < 0) {
             r.kv_forced_pressure = xl_has(r.req_flags, ReqFlag::KV_PRESSURE);
         }
-        [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool))));
+        [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool_size))));
         r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : xl_band(r.req_flags, 6u));
         [[maybe_unused]] int32_t committed_tok = 0;
         [[maybe_unused]] int32_t total_tok = 0;
@@ -581,7 +604,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if (err.code) return err;
         [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
         if (err.code) return err;
-        if ((tp > MAX_REQ_PAGES) || (tp > pool)) {
+        if ((tp > MAX_REQ_PAGES) || (tp > pool_size)) {
             r.kv_oversize = true;
         }
         if (r.kv_oversize) {
@@ -682,7 +705,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if ((xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_held > 0)) && xl_eq(missing_committed, 0)) {
             r.kv_hits = xl_add(r.kv_hits, 1);
         }
-        [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool), sh.kv_fresh);
+        [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool_size), sh.kv_fresh);
         {
             const int32_t xl_v = need;
             if (err.code) return err;
@@ -690,7 +713,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -711,7 +734,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 1: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -753,7 +776,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -776,7 +799,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 2: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -802,7 +825,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -826,7 +849,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 3: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -853,7 +876,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -878,7 +901,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 4: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -906,7 +929,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -932,7 +955,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 5: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -975,7 +998,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -1003,7 +1026,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 6: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -1034,7 +1057,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
-        xl_frame.pool = pool;
+        xl_frame.pool_size = pool_size;
         xl_frame.pressured = pressured;
         xl_frame.committed_tok = committed_tok;
         xl_frame.total_tok = total_tok;
@@ -1063,7 +1086,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
     case 7: {
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool = xl_frame.pool;
+        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
         [[maybe_unused]] bool pressured = xl_frame.pressured;
         [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
@@ -1318,7 +1341,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         r.kv_snap_live = sh.kv_live;
         r.kv_snap_committed = sh.kv_committed;
         r.kv_snap_draft = sh.kv_draft;
-        r.kv_snap_free = xl_sub(pool, sh.kv_live);
+        r.kv_snap_free = xl_sub(pool_size, sh.kv_live);
         r.kv_snap_used = sh.kv_used_tokens;
         break;
     }

@@ -78,12 +78,16 @@ class Request:
 
 
 class Shared:
+    """The shared fields, and the pools (flat numpy arrays, zero at launch)."""
+
     __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
 REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
 SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
+# (xl name, attribute, element word, dims) of each pool.
+POOLS = []
 
 
 def init_request(req_id, p):
@@ -351,10 +355,10 @@ def guard_kv_manage(r, sh, p):
 def stage_kv_manage(r, sh, p, xw):
     now = wrap_i32(sh.kv_tick + 1)
     pt = max_(p.page_tokens, 1)
-    pool = clamp(p.pool_pages, 1, MAX_PAGES)
+    pool_size = clamp(p.pool_pages, 1, MAX_PAGES)
     if (r.kv_prev_tick < 0):
         r.kv_forced_pressure = ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE)
-    pressured = (r.kv_forced_pressure or (f32(float(sh.kv_live)) > f32(p.kv_pressure_threshold * f32(float(pool)))))
+    pressured = (r.kv_forced_pressure or (f32(float(sh.kv_live)) > f32(p.kv_pressure_threshold * f32(float(pool_size)))))
     r.req_flags = ((r.req_flags | ReqFlag.KV_PRESSURE) if pressured else (r.req_flags & 6))
     committed_tok = 0
     total_tok = 0
@@ -366,7 +370,7 @@ def stage_kv_manage(r, sh, p, xw):
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(r.current_block_size, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
     cp = fn_pages_for(p, committed_tok, pt)  # @xl:79
     tp = fn_pages_for(p, total_tok, pt)  # @xl:80
-    if ((tp > MAX_REQ_PAGES) or (tp > pool)):
+    if ((tp > MAX_REQ_PAGES) or (tp > pool_size)):
         r.kv_oversize = True
     if r.kv_oversize:
         tp = 0
@@ -422,7 +426,7 @@ def stage_kv_manage(r, sh, p, xw):
             need = wrap_i32(need + (1 if ((k < tp) and (not graft_wait)) else 0))
     if (((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)) and (missing_committed == 0)):
         r.kv_hits = wrap_i32(r.kv_hits + 1)
-    supply = wrap_i32(wrap_i32(sh.kv_free_top + pool) - sh.kv_fresh)
+    supply = wrap_i32(wrap_i32(sh.kv_free_top + pool_size) - sh.kv_fresh)
     before = yield ('scan', 'i', need)
     ok = ((not graft_wait) and ((need == 0) or (wrap_i32(before + need) <= supply)))
     if ((((not ok) and (need > 0)) and (before <= supply)) and (r.state != ReqState.PREFILL_READY)):
@@ -527,7 +531,7 @@ def stage_kv_manage(r, sh, p, xw):
     r.kv_snap_live = sh.kv_live
     r.kv_snap_committed = sh.kv_committed
     r.kv_snap_draft = sh.kv_draft
-    r.kv_snap_free = wrap_i32(pool - sh.kv_live)
+    r.kv_snap_free = wrap_i32(pool_size - sh.kv_live)
     r.kv_snap_used = sh.kv_used_tokens
 
 

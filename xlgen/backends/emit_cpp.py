@@ -19,6 +19,10 @@ from ..core.ir import may_raise
 from .layout import collective_frame_words, slots
 
 IND = "    "
+# A pool store by the code that runs it (CppEmitter.field_store): ordinary stage code, one thread
+# of the team; an iteration holding reductions, one lane of its warp; a lanes loop's iteration,
+# its own thread (None: a plain store). Pools are in global memory, never in a request's slot.
+POOL_STORE = {"XL_WARP_STORE": "XL_POOL_STORE", "XL_ITER_STORE": "XL_POOL_ITER_STORE", "XL_LANE_STORE": None}
 
 
 class CppEmitter:
@@ -75,6 +79,22 @@ class CppEmitter:
             code = f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})"
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.cpp(e.tensor)}[{flat}]"
+
+    def _pool_element(self, e) -> str:
+        """The flat position of a pool element: each index checked against its dimension, then
+        the page's owner (the key after every index's: §13.3's order), row-major."""
+        codes = []
+        for index, dim, checked in zip(e.indices, e.pool.dims, e.checked):
+            code = self.expr(index)
+            codes.append(f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})")
+        owner = self.expr(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, None)))
+        flat = f"xl_pool_page({self._sink()}, {owner}, req_id, {codes[0]})"
+        for code, dim in zip(codes[1:], e.pool.dims[1:]):
+            flat = f"({flat}) * {dim} + {code}"
+        return flat
+
+    def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
+        return f"p.{names.cpp(e.pool.name)}[{self._pool_element(e)}]"
 
     def expr_Unary(self, e: ir.Unary) -> str:
         return cpp_ops.unary_code(e, self.expr(e.operand))
@@ -153,6 +173,16 @@ class CppEmitter:
         lines.append(f"{pad}{IND}if (err.code) {self.bail}")
         lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
         return lines + [f"{pad}}}"]
+
+    def stmt_PoolStore(self, s: ir.PoolStore, depth):
+        pad = IND * depth
+        value = self.statement_expr(s.value, s.loc.line)  # the value first, then the indices: as in Python
+        element = self._pool_element(s)
+        store = POOL_STORE[self.field_store]
+        lhs = f"p.{names.cpp(s.pool.name)}[xl_i]"
+        return [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(s.pool.elem)} xl_v = {value};",
+                f"{pad}{IND}const int32_t xl_i = {element};", f"{pad}{IND}if (err.code) {self.bail}",
+                f"{pad}{IND}{store}({lhs}, xl_v);" if store else f"{pad}{IND}{lhs} = xl_v;", f"{pad}}}"]
 
     def stmt_Accumulate(self, s: ir.Accumulate, depth):
         return self._shadow_write(s, "xl_shadow_add(xw, {word}, xl_word_bits(xl_v));", depth)
@@ -413,6 +443,8 @@ class CppEmitter:
             ],
             "params": [(cpp_ops.storage_type(x.type), names.cpp(x.name)) for x in p.params],
             "tensors": [(names.cpp(t.name), ", ".join(str(d) for d in t.dims)) for t in p.tensors],
+            "pools": [(cpp_ops.storage_type(x.elem), names.cpp(x.name), ", ".join(str(d) for d in x.dims), x.owner)
+                      for x in p.pools],
             "request_fields": self.struct_fields(p.request_fields),
             "shared_fields": self.struct_fields(p.shared_fields),
             "request_words": sum(s.count for s in slots(p.request_fields)),

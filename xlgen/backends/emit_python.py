@@ -59,6 +59,22 @@ class PyEmitter:
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"float(p.{names.py(e.tensor)}[{flat}])"
 
+    def _pool_args(self, e) -> str:
+        """A pool access's arguments to ops.pool_read / pool_write, but its indices."""
+        owner = self.expr(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, None)))
+        return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}"
+
+    def _pool_indices(self, e) -> str:
+        """Each index, checked against its dimension as it is evaluated (left to right)."""
+        codes = []
+        for index, dim, checked in zip(e.indices, e.pool.dims, e.checked):
+            code = self.expr(index)
+            codes.append(f"check_index({code}, {dim})" if checked else code)
+        return ", ".join(codes)
+
+    def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
+        return f"pool_read({self._pool_args(e)}, {self._pool_indices(e)})"
+
     def expr_Unary(self, e: ir.Unary) -> str:
         return py_ops.unary_code(e, self.expr(e.operand))
 
@@ -120,6 +136,11 @@ class PyEmitter:
             raises = raises or s.checked or may_raise(s.index)
         return [self._line(depth, f"{target} = {self.expr(s.value)}", s, raises)]
 
+    def stmt_PoolStore(self, s: ir.PoolStore, depth):
+        # the value first, then the indices (§8)
+        code = f"pool_write({self._pool_args(s)}, {self.expr(s.value)}, {self._pool_indices(s)})"
+        return [self._line(depth, code, s, True)]
+
     def stmt_Accumulate(self, s: ir.Accumulate, depth):
         attr, index, raises = self._shared_element(s)
         elem = s.target.type.elem if s.index is not None else s.target.type
@@ -168,7 +189,7 @@ class PyEmitter:
                 f"{pad}    raise xl_first"]
 
     def stmt_Lanes(self, s: ir.Lanes, depth):
-        if s.by_warp:  # iterations holding reductions: a Python loop (each reduction vectorised)
+        if not VecEmitter.covers(s.body):
             return [self._lane_bounds(s, depth), *self._lanes_loop(s, depth)]
         vector = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
         return self._lane_statement(s, depth, self._lanes_loop(s, depth + 1), vector)
@@ -260,6 +281,9 @@ class PyEmitter:
             ],
             "params": [(names.py(x.name), x.name, py_ops.literal(x.default, x.type), x.type.name) for x in p.params],
             "tensors": [(names.py(t.name), t.name, t.dims) for t in p.tensors],
+            # pools live with the shared state, as attributes of Shared
+            "pools": [{"attr": names.py(x.name), "size": x.size, "word": ir.storage_word(x.elem)} for x in p.pools],
+            "pool_table": [(x.name, names.py(x.name), ir.storage_word(x.elem), x.dims) for x in p.pools],
             "lane_parallel": uses_lane_code(p),
             "request_slots": [names.py(f.name) for f in p.request_fields],
             "shared_slots": [names.py(f.name) for f in p.shared_fields],

@@ -76,6 +76,10 @@ class VecEmitter:
         self.written: set[str] = set()
         self.line = 0
         self.temps = 0
+        # in the value of a reduction in an iteration (stmt_Reduce): the element index, and
+        # the iteration values read there -> their names gathered per element
+        self.element_var: str | None = None
+        self.gathered: dict[str, str] = {}
 
     # ---- expressions
     def expr(self, e: ir.Expr) -> str:
@@ -86,6 +90,8 @@ class VecEmitter:
 
     def expr_Var(self, e: ir.Var) -> str:
         if e.kind == ir.LOCAL and e.name in self.lane_vars:
+            if self.element_var is not None and e.name != self.element_var:
+                return self.gathered.setdefault(e.name, f"xl_g_{names.py(e.name)}")
             return names.py(e.name)
         return f"{dtype_of(e.type)}({self.scalar.expr_Var(e)})"
 
@@ -106,6 +112,19 @@ class VecEmitter:
             code = self._index(index, dim, checked)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.py(e.tensor)}[{flat}]"
+
+    def _pool_access(self, e) -> str:
+        """A pool access's arguments to v_pool_get / v_pool_set after the value: the pool (its
+        shared array itself: iterations write disjoint elements, so in place), a working copy
+        of the owner, the request id, the dims, the line, then each index, checked as it is
+        evaluated (left to right)."""
+        owner = self._array(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, e.pool.dims[0])))
+        req = self.expr(ir.Var(ir.REQ_ID, "req_id", ir.I32))
+        indices = [self._index(i, d, c) for i, d, c in zip(e.indices, e.pool.dims, e.checked)]
+        return f"sh.{names.py(e.pool.name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {', '.join(indices)}"
+
+    def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
+        return f"v_pool_get(xl_L, {self._pool_access(e)})"
 
     def expr_Unary(self, e: ir.Unary) -> str:
         mask = py_ops.flag_mask(e.type) if isinstance(e.type, ir.EnumType) else 0
@@ -162,6 +181,12 @@ class VecEmitter:
                 f"{pad}v_store(xl_L, {array}, {self._index(s.index, s.target.type.length, s.checked)}, xl_v)",
                 f"{pad}xl_L.end()"]
 
+    def stmt_PoolStore(self, s: ir.PoolStore, depth):
+        pad = self._pad(depth)
+        # the value first, then the indices, then the owner check: the scalar simulator's order
+        return [f"{pad}xl_v = {self.expr(s.value)}", f"{pad}v_pool_set(xl_L, xl_v, {self._pool_access(s)})",
+                f"{pad}xl_L.end()"]
+
     def stmt_If(self, s: ir.If, depth):
         pad = self._pad(depth)
         lines = []
@@ -185,6 +210,29 @@ class VecEmitter:
     def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
         pad = self._pad(depth)
         return [f"{pad}{self.expr(s.expr)}", f"{pad}xl_L.end()"]
+
+    def stmt_Reduce(self, s: ir.Reduce, depth):
+        """A reduction in every iteration at once, over all (iteration, j) pairs (semantics/vec.py
+        Elements): the value's code runs with `xl_L` the elements, reading the iterations'
+        values gathered per element."""
+        pad = self._pad(depth)
+        lines = [f"{pad}xl_E = Elements(xl_L, {self.expr(s.start)}, {self.expr(s.stop)})"]
+        self.lane_vars.add(s.var)
+        self.element_var, self.gathered = s.var, {}
+        value = self.expr(s.value)
+        lines += [f"{pad}{element} = xl_E.gather({names.py(name)})" for name, element in self.gathered.items()]
+        self.element_var, self.gathered = None, {}
+        self.lane_vars.add(s.name)
+        return lines + [f"{pad}xl_L = xl_E", f"{pad}{names.py(s.var)} = xl_L.index", f"{pad}xl_v = {value}",
+                        f"{pad}xl_L = xl_E.outer",
+                        f"{pad}{names.py(s.name)} = xl_E.reduce(xl_v, {dtype_of(s.value.type)}, {s.op!r})",
+                        f"{pad}xl_L.end()"]
+
+    @classmethod
+    def covers(cls, body) -> bool:
+        """Can numpy code run these statements? (Not a `break` or `continue` of a loop in an
+        iteration: each iteration leaves that loop at its own time.)"""
+        return all(hasattr(cls, "stmt_" + type(s).__name__) for s in ir.statements(body))
 
     # ---- the statement itself
     def _open(self, var: str, body: list[str]) -> list[str]:

@@ -122,6 +122,19 @@ class TensorLoad(Expr):
 
 
 @dataclass(frozen=True)
+class PoolLoad(Expr):
+    """`p[i0, i1, ...]`: an element of a pool (launch-wide storage, row-major). Each index is
+    checked against its dimension (`checked[k]` False: statically in range), then the owner:
+    page `i0` must belong to the reading request (docs/semantics.md §13.3)."""
+
+    pool: "Pool"
+    indices: tuple[Expr, ...]
+    checked: tuple[bool, ...]
+    type: Type
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
 class Unary(Expr):
     op: str  # "-", "!", "~"
     operand: Expr
@@ -183,6 +196,8 @@ def may_read_shared(e: Expr) -> bool:
         return e.base.kind == SHARED or may_read_shared(e.index)
     if isinstance(e, TensorLoad):
         return any(may_read_shared(i) for i in e.indices)
+    if isinstance(e, PoolLoad):
+        return True  # its owner check reads the owner array
     if isinstance(e, Call) and not e.builtin:
         return True
     children = {Unary: ("operand",), Binary: ("left", "right"), Select: ("cond", "then", "otherwise"),
@@ -199,6 +214,8 @@ def may_raise(e) -> bool:
         return e.checked or may_raise(e.index)
     if isinstance(e, TensorLoad):
         return any(e.checked) or any(may_raise(i) for i in e.indices)
+    if isinstance(e, PoolLoad):
+        return True  # NOT_OWNER
     if isinstance(e, Call):
         return True  # helpers and builtins may raise inside
     if isinstance(e, Binary):
@@ -259,6 +276,18 @@ class Assign(Stmt):
     index: Expr | None
     value: Expr
     checked: bool = True  # index check needed
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+
+@dataclass(frozen=True)
+class PoolStore(Stmt):
+    """`p[i0, i1, ...] = value`: the value, then each index (checked like PoolLoad's), then
+    the owner check, then the store."""
+
+    pool: "Pool"
+    indices: tuple[Expr, ...]
+    checked: tuple[bool, ...]
+    value: Expr
     loc: Loc = field(default=NOWHERE, compare=False)
 
 
@@ -436,6 +465,25 @@ class Tensor:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """Launch-wide writable storage, zero at launch (docs/language.md, Pools). Page p (index 0)
+    may be touched only by request `owner[p]`, `owner` a shared i32 array written in phase 2."""
+
+    name: str
+    elem: Scalar  # i32, u32 or f32
+    dims: tuple[int, ...]
+    owner: str
+    loc: Loc = field(default=NOWHERE, compare=False)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
 class Function:
     name: str
     params: tuple[FnParam, ...]
@@ -534,6 +582,7 @@ class Program:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     library: bool = False  # checked on its own, without `pipeline NAME`: nothing to build
     tensors: tuple[Tensor, ...] = ()
+    pools: tuple[Pool, ...] = ()
     tooling: Tooling = field(default_factory=Tooling)
 
     def field(self, name: str) -> FieldDecl:

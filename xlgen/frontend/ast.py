@@ -154,6 +154,17 @@ class Assign(Node):
 
 
 @dataclass(frozen=True)
+class MultiAssign(Node):
+    """`p[i, j, ...] = e`: an element of a pool with two or more dimensions."""
+
+    target: str
+    indices: tuple[Node, ...]
+    op: str
+    value: Node
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
 class If(Node):
     arms: tuple[tuple[Node, tuple[Node, ...]], ...]  # (condition, body) for if and each elif
     otherwise: tuple[Node, ...] | None
@@ -281,6 +292,18 @@ class TensorDecl(Node):
     name: str
     elem: str
     dims: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class PoolDecl(Node):
+    """`pool NAME: T[D0, D1, ...] owned by OWNER`: launch-wide storage whose page p (the
+    first index) only request OWNER[p] may read or write."""
+
+    name: str
+    elem: str
+    dims: tuple[Node, ...]
+    owner: Ident
     loc: Loc = _loc()
 
 

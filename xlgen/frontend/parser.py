@@ -56,7 +56,8 @@ _OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CM
               "OR_OP", "QMARK", "AS"}
 _STMT_START = {"LET", "IF", "FOR", "LANES", "BREAK", "CONTINUE", "RETURN", "NAME"}
 _ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
-               "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR", "OUTPUT", "PROGRESS", "METRIC", "COMPANION"}
+               "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR", "POOL", "OUTPUT", "PROGRESS", "METRIC",
+               "COMPANION"}
 
 
 @functools.cache
@@ -320,12 +321,12 @@ def _end_loc(text: str, file: str) -> Loc:
 KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
     "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
-    "continue", "return", "as", "has", "true", "false", "lanes", "tensor",
+    "continue", "return", "as", "has", "true", "false", "lanes", "tensor", "pool", "owned", "by",
     "output", "progress", "metric", "companion",  # declarations for the tools
 }
 _ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
-                  "arbiter", "collective", "trace", "done", "pipeline", "tensor", "output", "progress", "metric",
-                  "companion"}
+                  "arbiter", "collective", "trace", "done", "pipeline", "tensor", "pool", "output", "progress",
+                  "metric", "companion"}
 
 
 def _missing_brace(stack: list[Token]) -> str:
@@ -506,6 +507,13 @@ class _ToAst(Transformer):
         return node
 
     @v_args(meta=True)
+    def pool_decl(self, meta, children):
+        name, elem, *dims, owner = children
+        node = A.PoolDecl(str(name), str(elem), tuple(dims), self._ident(owner), loc=_loc_of(self.file, name))
+        self._line(meta, C.head(node))
+        return node
+
+    @v_args(meta=True)
     def fn_decl(self, meta, children):
         name = children[0]
         params: tuple = ()
@@ -632,9 +640,14 @@ class _ToAst(Transformer):
     def index_lvalue(self, children):
         return (str(children[0]), children[1])
 
+    def multi_index_lvalue(self, children):
+        return (str(children[0]), tuple(children[1:]))
+
     @v_args(meta=True)
     def assign_stmt(self, meta, children):
         (target, index), op, value = children
+        if isinstance(index, tuple):
+            return self._stmt(meta, A.MultiAssign(target, index, str(op), value, loc=self._loc(meta)))
         return self._stmt(meta, A.Assign(target, index, str(op), value, loc=self._loc(meta)))
 
     @v_args(meta=True)

@@ -144,6 +144,8 @@ def _one_line_item(item) -> str:
         return f"builtin {warp}fn {item.name}({_params(item.params)}){ret}"
     if isinstance(item, A.TensorDecl):
         return f"tensor {item.name}: {item.elem}[{', '.join(expr(d) for d in item.dims)}]"
+    if isinstance(item, A.PoolDecl):
+        return f"pool {item.name}: {item.elem}[{', '.join(expr(d) for d in item.dims)}] owned by {item.owner.name}"
     if isinstance(item, A.TraceDecl):
         return f"trace {item.stage}: {', '.join(f.name for f in item.fields)}"
     if isinstance(item, A.DoneDecl):
@@ -178,6 +180,8 @@ def _simple_stmt(s) -> str:
     if isinstance(s, A.Assign):
         target = s.target if s.index is None else f"{s.target}[{expr(s.index)}]"
         return f"{target} {s.op} {expr(s.value)}"
+    if isinstance(s, A.MultiAssign):
+        return f"{s.target}[{', '.join(expr(i) for i in s.indices)}] {s.op} {expr(s.value)}"
     if isinstance(s, A.Break):
         return "break"
     if isinstance(s, A.Continue):

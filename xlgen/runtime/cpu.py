@@ -14,7 +14,8 @@ import numpy as np
 from ..backends.layout import dtype_from_layout
 from ..core.resources import runtime_dir
 from ..backends.names import py
-from .sim import LaunchConfig, RunResult, make_params, make_requests, param_word, to_array
+from ..semantics.ops import new_pool
+from .sim import LaunchConfig, RunResult, make_params, make_requests, param_word, pool_table, to_array
 
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",
              "-ffp-contract=off", "-fno-fast-math", "-fwrapv"]
@@ -53,23 +54,36 @@ class _Launch(ctypes.Structure):
                 ("max_rounds", ctypes.c_int32), ("reserved", ctypes.c_int32)]
 
 
-def params_array(module, p, tensor_addresses: dict[str, int] | None = None) -> np.ndarray:
+def params_array(module, p, tensor_addresses: dict[str, int] | None = None,
+                 pool_addresses: dict[str, int] | None = None) -> np.ndarray:
     """Launch parameters packed like the C++ Params struct, as 32-bit words: the scalars, then
-    (8-byte aligned) each tensor's address; one unused word when there is nothing."""
+    (8-byte aligned) each tensor's address, then each pool's (null when not given: for the
+    size); one unused word when there is nothing."""
     tensors = getattr(module.Params, "TENSORS", {})
-    if not module.Params.TYPES and not tensors:
+    pools = [name for name, *_ in pool_table(module)]
+    if not module.Params.TYPES and not tensors and not pools:
         return np.zeros(1, dtype=np.uint32)
     words = np.zeros(0, dtype=np.uint32)
     if module.Params.TYPES:
         layout = [(name, py(name), param_word(t), 1, False) for name, t in module.Params.TYPES.items()]
         words = to_array([p], layout, dtype_from_layout(layout)).view(np.uint32)
-    if tensors:
+    if tensors or pools:
         addresses = tensor_addresses if tensor_addresses is not None else {
             name: getattr(p, py(name)).ctypes.data for name in tensors}
+        pool_addresses = pool_addresses or {}
         pad = np.zeros(len(words) % 2, dtype=np.uint32)
-        pointers = np.array([addresses[name] for name in tensors], dtype=np.uint64).view(np.uint32)
-        words = np.concatenate([words, pad, pointers])
+        pointers = [addresses[name] for name in tensors] + [pool_addresses.get(name, 0) for name in pools]
+        words = np.concatenate([words, pad, np.array(pointers, dtype=np.uint64).view(np.uint32)])
     return words
+
+
+def new_pools(module) -> dict[str, np.ndarray]:
+    """Each pool's storage for one launch: zero, flat."""
+    return {name: new_pool(int(np.prod(dims)), word) for name, _attr, word, dims in pool_table(module)}
+
+
+def shaped_pools(module, pools: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: pools[name].reshape(dims) for name, _attr, _word, dims in pool_table(module)}
 
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None) -> RunResult:
@@ -91,7 +105,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     while True:
         reqs = to_array(reqs_obj, module.REQUEST_LAYOUT, req_dtype)
         shared = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
-        packed = params_array(module, p)
+        pools = new_pools(module)  # zero at every launch (a retry starts over)
+        packed = params_array(module, p, pool_addresses={name: a.ctypes.data for name, a in pools.items()})
         records = np.zeros((capacity, width), dtype=np.uint32)
         count = np.zeros(1, dtype=np.uint64)
         launch = _Launch(len(inputs), config.max_active, config.max_rounds, 0)
@@ -106,4 +121,5 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         capacity = n  # too many records: run again with room for all of them
     table = records[:n]
     order = np.argsort(table[:, 0], kind="stable") if n else np.zeros(0, dtype=np.int64)
-    return RunResult(records=table[order], requests=reqs, shared=shared, rounds=int(rounds), backend="cpu")
+    return RunResult(records=table[order], requests=reqs, shared=shared, rounds=int(rounds), backend="cpu",
+                     pools=shaped_pools(module, pools))

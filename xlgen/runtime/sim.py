@@ -48,6 +48,7 @@ class RunResult:
     rounds: int
     backend: str = "sim"
     extra: dict = field(default_factory=dict)
+    pools: dict = field(default_factory=dict)  # pool name -> its final contents, shaped like the pool
 
     def per_request(self, req_id: int) -> np.ndarray:
         return self.records[self.records[:, 0] == req_id]
@@ -72,6 +73,11 @@ def as_record_table(records: np.ndarray) -> np.ndarray:
     records = np.ascontiguousarray(records, dtype=np.uint32)
     width = records.shape[1] if records.ndim == 2 else REC_HEADER
     return records.reshape(-1, width).view(record_dtype(width)).reshape(-1)
+
+
+def pool_table(module) -> list:
+    """(xl name, attribute, element word, dims) of each pool of a generated simulator."""
+    return getattr(module, "POOLS", [])
 
 
 def record_width(module) -> int:
@@ -197,7 +203,8 @@ def _finish(module, records: list[list], reqs, sh, rounds: int, backend: str) ->
     for i, rec in enumerate(flat):
         table[i, : len(rec)] = rec
     return RunResult(records=table, requests=to_array(reqs, module.REQUEST_LAYOUT, req_dtype),
-                     shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype), rounds=rounds, backend=backend)
+                     shared=to_array([sh], module.SHARED_LAYOUT, shared_dtype), rounds=rounds, backend=backend,
+                     pools={name: getattr(sh, attr).reshape(dims) for name, attr, _, dims in pool_table(module)})
 
 
 def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:

@@ -36,7 +36,7 @@ typedef signed char int8_t;
 
 // Runtime error codes (ops.py ERR_*).
 enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4, XL_ERR_BUILTIN = 5, XL_ERR_WATCHDOG = 6,
-       XL_ERR_CONFLICT = 7 };
+       XL_ERR_CONFLICT = 7, XL_ERR_NOT_OWNER = 8 };
 
 // A statement's first runtime error. `key` is the failing operation's position
 // in left-to-right evaluation order, so the earliest error wins whatever order
@@ -146,6 +146,13 @@ XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n) {
 XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n) {  // a u32 index is never negative
     if (i >= (uint32_t)n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
     return (int32_t)i;
+}
+
+// A pool access's owner check (docs/semantics.md §13.3), after its indices' checks: `page` (in
+// range: checked, or 0 after a failed check) must belong to the request. Yields the page.
+XL_HD int32_t xl_pool_page(XlErr& e, int32_t k, int32_t line, const int32_t* owner, int32_t req_id, int32_t page) {
+    if (owner[page] != req_id) xl_err_set(e, k, XL_ERR_NOT_OWNER, line);
+    return page;
 }
 
 // ---- binary32: one rounding per operation, never a fused multiply-add ------------------

@@ -18,6 +18,7 @@ ERR_CAST = 4
 ERR_BUILTIN = 5
 ERR_WATCHDOG = 6
 ERR_CONFLICT = 7
+ERR_NOT_OWNER = 8
 ERROR_NAMES = {
     ERR_DIV_ZERO: "division by zero",
     ERR_INDEX: "index out of range",
@@ -26,6 +27,7 @@ ERROR_NAMES = {
     ERR_BUILTIN: "builtin argument out of range",
     ERR_WATCHDOG: "max_iterations watchdog",
     ERR_CONFLICT: "two requests wrote the same shared element in one collective stage",
+    ERR_NOT_OWNER: "pool page not owned by the request",
 }
 
 
@@ -173,6 +175,38 @@ def check_index(i: int, n: int) -> int:
     if i < 0 or i >= n:
         raise XlRuntimeError(ERR_INDEX)
     return i
+
+
+# ---- pools (docs/semantics.md §13.3): flat numpy arrays of the element type, zero at launch.
+# The generated code checks each index (check_index) before the call, left to right.
+
+POOL_DTYPES = {"i": "<i4", "u": "<u4", "f": "<f4"}  # by storage word (ir.storage_word)
+
+
+def new_pool(size: int, word: str):
+    import numpy as np
+
+    return np.zeros(size, dtype=POOL_DTYPES[word])
+
+
+def pool_element(owner, req_id: int, dims: tuple, indices: tuple) -> int:
+    """The flat (row-major) position of an element whose indices are in range, once the owner
+    check passed: page indices[0] must belong to the request."""
+    if owner[indices[0]] != req_id:
+        raise XlRuntimeError(ERR_NOT_OWNER)
+    flat = 0
+    for i, d in zip(indices, dims):
+        flat = flat * d + i
+    return flat
+
+
+def pool_read(data, owner, req_id: int, dims: tuple, *indices):
+    return data[pool_element(owner, req_id, dims, indices)].item()  # a Python float or int
+
+
+def pool_write(data, owner, req_id: int, dims: tuple, value, *indices) -> None:
+    """`value` was evaluated before the indices (§8)."""
+    data[pool_element(owner, req_id, dims, indices)] = value
 
 
 def decimal_to_f32(text: str) -> float:

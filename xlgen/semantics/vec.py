@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import xlmath
-from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, XlRuntimeError, wrap_i32
+from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER, ERR_SHIFT, XlRuntimeError, wrap_i32
 
 F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_
 REDUCE_LANES = 32
@@ -35,8 +35,11 @@ class Lanes:
 
     def __init__(self, start: int, stop: int):
         n = max(0, int(stop) - int(start))
-        self.index = np.arange(int(start), int(start) + n, dtype=np.int64).astype(np.int32)
-        self.n = n
+        self._begin(np.arange(int(start), int(start) + n, dtype=np.int64).astype(np.int32))
+
+    def _begin(self, index: np.ndarray) -> None:
+        self.index = index
+        self.n = n = len(index)
         self.live = np.ones(n, dtype=bool)
         self.mask = self.live.copy()
         self.arms: list[np.ndarray] = []
@@ -94,6 +97,27 @@ def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
 def v_assign(L: Lanes, old, new):
     """A lane local assigned inside an `if` arm: the new value where the statement runs."""
     return np.where(L.ok(), new, old)
+
+
+# ---- pools (docs/semantics.md §13.3) ----------------------------------------------------
+
+
+def _pool_element(L: Lanes, owner, req_id, dims, line: int, indices):
+    """The flat positions of the elements (indices already checked, left to right), after
+    the owner check of their pages."""
+    L.check(owner[np.asarray(indices[0], dtype=np.int64)] != req_id, ERR_NOT_OWNER, line)
+    flat = np.int64(0)
+    for i, d in zip(indices, dims):
+        flat = flat * d + np.asarray(i, dtype=np.int64)
+    return flat
+
+
+def v_pool_get(L: Lanes, data, owner, req_id, dims, line: int, *indices):
+    return data[_pool_element(L, owner, req_id, dims, line, indices)]
+
+
+def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, *indices) -> None:
+    v_store(L, data, _pool_element(L, owner, req_id, dims, line, indices), value)
 
 
 # ---- checked operations ---------------------------------------------------------------
@@ -343,3 +367,81 @@ def best_values(v: np.ndarray, index: np.ndarray, dtype, op: str):
         return int(index[k])
     best = v[k].item()
     return float("nan") if best != best else best
+
+
+# ---- reductions in the iterations of a lanes loop ------------------------------------------
+
+
+class Elements(Lanes):
+    """A reduction in a lanes loop's iterations, evaluated in all of them at once. Its
+    elements are the (iteration, j) pairs, iteration by iteration and j increasing within
+    each: a ragged range, since the bounds may differ per iteration. Only the iterations the
+    `let` runs on (`outer.ok()`) have elements. Expression code runs on it as on any Lanes
+    (errors are recorded per element); iteration values reach it through `gather`."""
+
+    def __init__(self, outer: Lanes, start, stop):
+        self.outer = outer
+        start = np.broadcast_to(np.asarray(start, dtype=np.int64), (outer.n,))
+        stop = np.broadcast_to(np.asarray(stop, dtype=np.int64), (outer.n,))
+        self.length = np.where(outer.ok(), np.maximum(stop - start, 0), 0)
+        self.first = np.cumsum(self.length) - self.length  # each iteration's first element
+        self.segment = np.repeat(np.arange(outer.n), self.length)  # each element's iteration
+        self.offset = np.arange(len(self.segment)) - self.first[self.segment]  # j - start
+        self._begin((start[self.segment] + self.offset).astype(np.int32))
+
+    def gather(self, value):
+        """An iteration's value at each of its elements."""
+        return value[self.segment] if np.ndim(value) else value
+
+    def reduce(self, values, dtype, op: str) -> np.ndarray:
+        """Each iteration's result. An iteration with a failing element fails with the
+        error of its lowest one (in order, so the first per iteration) and stops there."""
+        failed = np.flatnonzero(self.code)
+        if failed.size:
+            segment = self.segment[failed]
+            lowest = failed[np.r_[True, segment[1:] != segment[:-1]]]
+            self.outer.code[self.segment[lowest]] = self.code[lowest]
+            self.outer.line[self.segment[lowest]] = self.line[lowest]
+        v = np.asarray(np.broadcast_to(values, (self.n,)), dtype=dtype)
+        return self._sum(v, dtype) if op == "sum" else self._best(v, dtype, op)
+
+    def _sum(self, v: np.ndarray, dtype) -> np.ndarray:
+        if dtype is not np.float32:  # integer sums wrap: every order gives the same result
+            totals = np.concatenate(([0], np.cumsum(v.astype(np.int64))))
+            words = (totals[self.first + self.length] - totals[self.first]).astype(np.uint32)
+            return words.view(np.int32) if dtype is np.int32 else words
+        # sum_values per iteration: each padded with -0.0 (x + -0.0 == x) to whole rows of 32
+        rows = max(1, -(-int(self.length.max(initial=0)) // REDUCE_LANES))
+        table = np.full((self.outer.n, rows * REDUCE_LANES), -0.0, dtype=np.float32)
+        table[self.segment, self.offset] = v
+        with np.errstate(all="ignore"):
+            acc = np.add.accumulate(table.reshape(self.outer.n, rows, REDUCE_LANES), axis=1)[:, -1]
+            for perm in _BUTTERFLY:
+                acc = acc + acc[:, perm]
+        return acc[:, 0]
+
+    def _best(self, v: np.ndarray, dtype, op: str) -> np.ndarray:
+        """best_values per iteration: the greatest (least) key, the lowest j among equal ones."""
+        greatest = op in ("max", "argmax")
+        if op in ("argmax", "argmin"):
+            result = np.full(self.outer.n, -1, dtype=np.int32)
+        elif dtype is np.float32:
+            result = np.full(self.outer.n, -np.inf if greatest else np.inf, dtype=np.float32)
+        else:
+            info = np.iinfo(dtype)
+            result = np.full(self.outer.n, info.min if greatest else info.max, dtype=dtype)
+        filled = np.flatnonzero(self.length)
+        if filled.size == 0:
+            return result
+        starts = self.first[filled]  # only filled iterations: each slice is one iteration's elements
+        keys = _order_keys(v)
+        best = (np.maximum if greatest else np.minimum).reduceat(keys, starts)
+        hits = keys == np.repeat(best, self.length[filled])
+        chosen = np.minimum.reduceat(np.where(hits, np.arange(self.n), self.n), starts)
+        if op in ("argmax", "argmin"):
+            result[filled] = self.index[chosen]
+        elif dtype is np.float32:
+            result[filled] = np.where(np.isnan(v[chosen]), np.float32(np.nan), v[chosen])  # the canonical NaN
+        else:
+            result[filled] = v[chosen]
+        return result

@@ -13,6 +13,7 @@ import numpy as np
 from ..core import ir
 from ..semantics.ops import ERR_WATCHDOG, ERROR_NAMES, bits_f32
 from ..runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
+from ..semantics.ops import CANONICAL_NAN_BITS
 
 
 @dataclass
@@ -107,6 +108,36 @@ def compare(program: ir.Program, a: RunResult, b: RunResult, check_state: bool =
                 field = _first_field_diff(xa, xb, row)
                 return Divergence(f"final {label} state differs ({names})",
                                   [f"{'request ' + str(row) if label == 'request' else 'shared'}: field {field}"])
+        return compare_pools(a, b)
+    return None
+
+
+def pool_words(values: np.ndarray) -> np.ndarray:
+    """A pool's contents as u32 words, NaNs canonicalised (backends may differ in NaN bits)."""
+    words = np.ascontiguousarray(values).view(np.uint32).copy()
+    if values.dtype == np.float32:
+        words[np.isnan(values.view(np.float32))] = CANONICAL_NAN_BITS
+    return words
+
+
+def compare_pools(a: RunResult, b: RunResult) -> Divergence | None:
+    """The final contents of every pool, bit for bit (deterministic mode: §13.3)."""
+    for name in sorted(set(a.pools) | set(b.pools)):
+        if name not in a.pools or name not in b.pools:
+            missing = a.backend if name not in a.pools else b.backend
+            return Divergence(f"final pool contents differ ({a.backend} vs {b.backend})",
+                              [f"{missing} did not report pool '{name}'"])
+        va, vb = a.pools[name], b.pools[name]
+        wa, wb = pool_words(va), pool_words(vb)
+        if wa.shape != wb.shape or not np.array_equal(wa, wb):
+            if wa.shape != wb.shape:
+                return Divergence(f"final pool contents differ ({a.backend} vs {b.backend})",
+                                  [f"pool '{name}': shape {wa.shape} vs {wb.shape}"])
+            at = tuple(int(i) for i in np.argwhere(wa != wb)[0])
+            count = int((wa != wb).sum())
+            return Divergence(f"final pool contents differ ({a.backend} vs {b.backend})",
+                              [f"pool '{name}'{list(at)}: {a.backend}={va[at]!r} {b.backend}={vb[at]!r} "
+                               f"({count} element{'s' if count != 1 else ''} differ)"])
     return None
 
 

@@ -1,4 +1,4 @@
-"""Declarations: constants, params, types, fields, tensors, builtins,
+"""Declarations: constants, params, types, fields, tensors, pools, builtins,
 functions, stages, traces and `done when`; the call graph and unused names."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from .. import ast as A
 from ...core import ir
 from ...core.diagnostics import Loc, did_you_mean
 from ...core.ir import BOOL, F32, I32
-from .rules import COLLECTIVE_TYPES, Context, Global, Local, MAX_CALL_DEPTH, MAX_TENSOR_ELEMENTS, PRELUDE_NAME, _always_returns, _mentions_params, _names_in, _not_constant, _reserved
+from .rules import COLLECTIVE_TYPES, Context, Global, Local, MAX_CALL_DEPTH, MAX_TENSOR_ELEMENTS, POOL_ELEMENTS, PRELUDE_NAME, _always_returns, _mentions_params, _names_in, _not_constant, _reserved
 
 
 class DeclarationRules:
@@ -41,6 +41,8 @@ class DeclarationRules:
                 add(item.name, "builtin", item.loc, item)
             elif isinstance(item, A.TensorDecl):
                 add(item.name, "tensor", item.loc, item)
+            elif isinstance(item, A.PoolDecl):
+                add(item.name, "pool", item.loc, item)
             elif isinstance(item, A.FnDecl):
                 add(item.name, "function", item.loc, item)
             elif isinstance(item, A.StageDecl):
@@ -209,6 +211,55 @@ class DeclarationRules:
             self.error(node.loc, f"tensor '{node.name}' has {t.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
             return
         self.tensors[node.name] = t
+
+    def _pool(self, node: A.PoolDecl) -> None:
+        if self.globals.get(node.name, Global("", node.loc)).node is not node:
+            return  # a duplicate, already reported
+        elem = ir.SCALARS.get(node.elem)
+        if elem not in POOL_ELEMENTS:
+            self.error(node.loc, f"pool '{node.name}' holds {node.elem}; pools hold i32, u32 or f32")
+            return
+        dims = [self._const_int(d, "a pool dimension") for d in node.dims]
+        if any(d is None for d in dims):
+            return
+        for d, ref in zip(dims, node.dims):
+            if d <= 0:
+                self.error(ref.loc, f"a pool dimension must be positive, not {d}")
+                return
+        pool = ir.Pool(node.name, elem, tuple(dims), node.owner.name, node.loc)
+        if pool.size > MAX_TENSOR_ELEMENTS:
+            self.error(node.loc, f"pool '{node.name}' has {pool.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
+            return
+        if not self._pool_owner(node, dims[0]):
+            return
+        self.pools[node.name] = pool
+
+    def _pool_owner(self, node: A.PoolDecl, pages: int) -> bool:
+        """The owner is a shared i32 array with an element per page: OWNER[p] is the id of the
+        request page p belongs to; phase 2 (arbiters, collective stages) changes it."""
+        owner = node.owner
+        g = self.globals.get(owner.name)
+        if g is None:
+            if owner.name not in self.rejected:
+                shared = [n for n, x in self.globals.items() if x.kind == "shared field"]
+                self.error(owner.loc, f"unknown owner '{owner.name}' of pool '{node.name}'{did_you_mean(owner.name, shared)}")
+            return False
+        f = self.shared.get(owner.name)
+        want = f"a shared i32 array with an element per page (i32[{pages}] or longer)"
+        if g.kind != "shared field":
+            self.error(owner.loc, f"the owner of pool '{node.name}' must be {want}; '{owner.name}' is a {g.kind}")
+            return False
+        if f is None:  # its declaration was rejected, with an error
+            return False
+        if not (isinstance(f.type, ir.ArrayType) and f.type.elem == I32):
+            self.error(owner.loc, f"the owner of pool '{node.name}' must be {want}; '{owner.name}' is {f.type}")
+            return False
+        if f.type.length < pages:
+            self.error(owner.loc, f"owner '{owner.name}' has {f.type.length} elements, but pool '{node.name}' has "
+                                  f"{pages} pages (its first dimension): give the owner an element per page")
+            return False
+        self.used_globals.add(owner.name)
+        return True
 
     def _params(self, params, allow_open: bool):
         out = []

@@ -1,4 +1,4 @@
-"""Expressions: names, literals, operators and their types, indices, tensors,
+"""Expressions: names, literals, operators and their types, indices, tensors, pools,
 calls, intrinsics; constant folding."""
 
 from __future__ import annotations
@@ -101,6 +101,12 @@ class ExpressionRules:
             shape = ", ".join("i" + str(k) for k in range(len(t.dims))) if t else "..."
             self.error(node.loc, f"tensor '{name}' is read one element at a time: '{name}[{shape}]'")
             return None
+        if g.kind == "pool":
+            pool = self.pools.get(name)
+            shape = ", ".join("i" + str(k) for k in range(len(pool.dims))) if pool else "..."
+            self.error(node.loc, f"pool '{name}' is read and written one element at a time: '{name}[{shape}]'; "
+                                 f"it is not a value")
+            return None
         self.error(node.loc, f"{g.kind} '{name}' is not a value")
         return None
 
@@ -154,8 +160,11 @@ class ExpressionRules:
         return index, True
 
     def expr_Index(self, node: A.Index, ctx: Context, expected):
-        if self.globals.get(node.base, Global("", node.loc)).kind == "tensor" and ctx.lookup(node.base) is None:
+        kind = self.globals.get(node.base, Global("", node.loc)).kind
+        if kind == "tensor" and ctx.lookup(node.base) is None:
             return self._tensor_load(node.base, (node.index,), node.loc, ctx)
+        if kind == "pool" and ctx.lookup(node.base) is None:
+            return self._pool_access(node.base, (node.index,), node.loc, ctx, "read")
         base = self.expr_Name(A.Name(node.base, loc=node.loc), ctx, None)
         if base is None:
             self.expr(node.index, ctx)
@@ -170,10 +179,13 @@ class ExpressionRules:
 
     def expr_MultiIndex(self, node: A.MultiIndex, ctx: Context, expected):
         g = self.globals.get(node.base)
+        if g is not None and g.kind == "pool" and ctx.lookup(node.base) is None:
+            return self._pool_access(node.base, node.indices, node.loc, ctx, "read")
         if g is None or g.kind != "tensor" or ctx.lookup(node.base) is not None:
             for i in node.indices:
                 self.expr(i, ctx)
-            what = "an array: index it with one index" if g is not None and g.kind.endswith("field") else "a tensor"
+            what = ("an array: index it with one index" if g is not None and g.kind.endswith("field")
+                    else "a tensor or a pool")
             if g is None and ctx.lookup(node.base) is None:
                 self.error(node.loc, f"unknown name '{node.base}'{did_you_mean(node.base, self._visible_names(ctx))}")
             else:
@@ -205,6 +217,37 @@ class ExpressionRules:
             indices.append(index)
             checked.append(check)
         return ir.TensorLoad(name, tuple(indices), t.dims, tuple(checked), F32, loc)
+
+    def _pool_access(self, name: str, index_nodes, loc: Loc, ctx: Context, verb: str):
+        """A pool element's indices, checked against the dimensions: (pool, indices, checked),
+        or None after an error. `verb`: "read" or "written", for the messages."""
+        self.used_globals.add(name)
+        pool = self.pools.get(name)
+        if not ctx.reaches_pools:
+            where = {"fn": "a function", "arbiter": "an arbiter", "collective": "a collective stage",
+                     "guard": "a guard", "done": "'done when'", "const": "a constant expression",
+                     "init": "an initial value"}.get(ctx.kind, "this place")
+            self.error(loc, f"pool '{name}' can be {verb} only in per-request stages (each request reaches only "
+                            f"the pages it owns while requests run apart), not in {where}")
+            pool = None
+        elif pool is not None and len(index_nodes) != len(pool.dims):
+            self.error(loc, f"pool '{name}' has {len(pool.dims)} dimension{'s' if len(pool.dims) != 1 else ''} "
+                            f"{list(pool.dims)}, indexed with {len(index_nodes)}")
+            pool = None
+        if pool is None:  # rejected here, or its declaration was, with an error
+            for i in index_nodes:
+                self.expr(i, ctx)
+            return None
+        indices, checked = [], []
+        for k, (n, d) in enumerate(zip(index_nodes, pool.dims)):
+            index, check = self._index(n, ir.ArrayType(pool.elem, d), name, ctx, f"dimension {k} of pool '{name}'")
+            if index is None:
+                return None
+            indices.append(index)
+            checked.append(check)
+        if verb == "read":
+            return ir.PoolLoad(pool, tuple(indices), tuple(checked), pool.elem, loc)
+        return pool, tuple(indices), tuple(checked)
 
     def expr_Reduction(self, node: A.Reduction, ctx: Context, expected):
         self.error(node.loc, f"a reduction is written as the whole value of a 'let' in a per-request stage: "

@@ -7,7 +7,7 @@ from .. import ast as A
 from ...core import ir
 from ...core.diagnostics import Loc, did_you_mean
 from ...core.ir import F32, I32
-from .rules import COLLECTIVE_TYPES, Context, LanesScope, Local, REDUCE_TYPES, _distinct_per_iteration, _loads_in
+from .rules import COLLECTIVE_TYPES, Context, LanesScope, Local, REDUCE_TYPES, _distinct_per_iteration, _loads_in, _mentions, element_key
 
 
 class ParallelRules:
@@ -112,11 +112,13 @@ class ParallelRules:
         if not placed or start is None or stop is None:
             return None
         for load in _loads_in(body):
-            written = lanes.writes.get(load.base.name)
-            if written is not None and load.index not in written:
-                self.error(load.loc, f"this iteration reads '{load.base.name}' at an index the loop does not write "
-                                     f"it at; another iteration may write that element (read an element only where "
-                                     f"this iteration writes it)")
+            name, index = element_key(load)
+            written = lanes.writes.get(name)
+            if written is not None and index not in written:
+                at = "indices" if isinstance(load, ir.PoolLoad) else "an index"
+                self.error(load.loc, f"this iteration reads '{name}' at {at} the loop does not write it at; another "
+                                     f"iteration may write that element (read an element only where this iteration "
+                                     f"writes it)")
         return ir.Lanes(s.var, start, stop, body, s.loc)
 
     def _lanes_write(self, s: A.Assign, ctx: Context, target: ir.Var, index) -> bool:
@@ -143,6 +145,31 @@ class ParallelRules:
                                     f"'c * {lanes.var} + k' (c odd, k the same in every iteration)")
             return False
         lanes.writes.setdefault(target.name, []).append(index)
+        return True
+
+    def _lanes_pool_write(self, s, ctx: Context, pool: ir.Pool, indices, index_nodes) -> bool:
+        """A pool written in a lanes loop: exactly one index differs per iteration, in a form
+        one-to-one in i (as for arrays), and every other index is the same in every
+        iteration, so no two iterations write one element."""
+        lanes = ctx.lanes
+        inner = {name for scope in ctx.scopes[lanes.scope_depth - 1:] for name in scope}
+        varying = [k for k, e in enumerate(indices) if _mentions(e, inner)]
+        form = f"'{lanes.var}', '{lanes.var} + k' or 'c * {lanes.var} + k' (c odd, k the same in every iteration)"
+        if not varying:
+            self.error(s.loc, f"a lanes loop writes pool '{pool.name}' at the same element in every iteration; "
+                              f"give one index the form {form}")
+            return False
+        if len(varying) > 1:
+            self.error(index_nodes[varying[1]].loc, f"a lanes loop writes pool '{pool.name}' with more than one "
+                                                    f"index that changes across iterations; one index may change "
+                                                    f"(as {form}), the others must be the same in every iteration")
+            return False
+        k = varying[0]
+        if not _distinct_per_iteration(indices[k], lanes.var, inner):
+            self.error(index_nodes[k].loc, f"a lanes loop writes pool '{pool.name}' at an index that may repeat "
+                                           f"across iterations; write it at {form}")
+            return False
+        lanes.writes.setdefault(pool.name, []).append(tuple(indices))
         return True
 
     def _collective_write(self, s: A.Assign, ctx: Context, target: ir.Var, index, checked, elem, value):

@@ -29,6 +29,7 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
         self.shared: dict[str, ir.FieldDecl] = {}
         self.builtins: dict[str, ir.Builtin] = {}
         self.tensors: dict[str, ir.Tensor] = {}
+        self.pools: dict[str, ir.Pool] = {}
         self.fn_sigs: dict[str, tuple[tuple[ir.FnParam, ...], ir.Type]] = {}
         self.call_graph: dict[str, set[str]] = {}
         self.used_globals: set[str] = set()
@@ -70,6 +71,9 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
                 self._tensor(item)
             elif isinstance(item, A.FnDecl):
                 self._fn_signature(item)
+        for item in items:  # after every field: a pool names its owner, a shared field
+            if isinstance(item, A.PoolDecl):
+                self._pool(item)
         functions = [self._function(item) for item in items if isinstance(item, A.FnDecl)]
         stage_nodes = [item for item in items if isinstance(item, A.StageDecl)]
         stages = [self._stage(node, i) for i, node in enumerate(stage_nodes)]
@@ -97,5 +101,6 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
             done=done,
             sources=self.sources,
             tensors=tuple(self.tensors.values()),
+            pools=tuple(self.pools.values()),
             tooling=tooling,
         )

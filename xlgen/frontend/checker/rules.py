@@ -46,7 +46,10 @@ EQ_OPS = {"==", "!="}
 LOGIC_OPS = {"&&", "||"}
 
 
-MAX_TENSOR_ELEMENTS = 1 << 28  # 1 GiB of f32: more is a mistake in a declaration
+MAX_TENSOR_ELEMENTS = 1 << 28  # 1 GiB of f32: more is a mistake in a declaration (tensors and pools)
+
+
+POOL_ELEMENTS = (I32, U32, F32)
 
 
 # Reductions (`let x = sum(j in 0..n: e)`): the element types each takes, and the result's
@@ -92,7 +95,8 @@ class Local:
 @dataclass
 class LanesScope:
     """The `lanes for` loop being checked: its variable, where its body's scope starts, and
-    the elements its iterations write (array name -> index expressions)."""
+    the elements its iterations write (array name -> index expressions; pool name -> tuples
+    of index expressions)."""
 
     var: str
     scope_depth: int
@@ -118,6 +122,12 @@ class Context:
     def lane_parallel(self) -> bool:
         """Code that runs once per lane (a lanes iteration or a reduction element)."""
         return self.lanes is not None or self.reduction is not None
+
+    @property
+    def reaches_pools(self) -> bool:
+        """Pools are touched only in per-request stages, where requests run apart (phase 1)
+        and each reaches only the pages it owns (docs/semantics.md §13.3)."""
+        return self.kind == "stage"
 
     @property
     def sees_request(self) -> bool:
@@ -250,7 +260,7 @@ def _fold(e: ir.Expr) -> ir.Expr:
     An operation that would raise at run time (1 / 0) is left alone: the error
     belongs to the run, where every backend reports it the same way.
     """
-    if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call, ir.TensorLoad)):
+    if isinstance(e, (ir.Const, ir.Var, ir.Load, ir.Call, ir.TensorLoad, ir.PoolLoad)):
         return e
     children = _children(e)
     if not children or not all(isinstance(c, ir.Const) for c in children):
@@ -268,7 +278,7 @@ def _not_constant(e: ir.Expr, what: str) -> str:
     failure = None
     while stack:
         x = stack.pop()
-        if isinstance(x, (ir.Var, ir.Load, ir.Call, ir.TensorLoad)):
+        if isinstance(x, (ir.Var, ir.Load, ir.Call, ir.TensorLoad, ir.PoolLoad)):
             return f"{what} must be a constant expression"
         kids = _children(x)
         if failure is None and kids and all(isinstance(k, ir.Const) for k in kids):
@@ -300,7 +310,7 @@ def _expr_children(e: ir.Expr):
     """Every sub-expression of e, loads' indices and calls' arguments included."""
     if isinstance(e, ir.Load):
         return (e.index,)
-    if isinstance(e, ir.TensorLoad):
+    if isinstance(e, (ir.TensorLoad, ir.PoolLoad)):
         return e.indices
     if isinstance(e, ir.Call):
         return e.args
@@ -313,6 +323,8 @@ def _stmt_exprs(s: ir.Stmt) -> tuple:
         return (s.value,)
     if isinstance(s, (ir.Assign, ir.Accumulate)):
         return tuple(x for x in (s.value, s.index) if x is not None)
+    if isinstance(s, ir.PoolStore):
+        return (s.value, *s.indices)
     if isinstance(s, ir.ExprStmt):
         return (s.expr,)
     if isinstance(s, ir.If):
@@ -325,14 +337,22 @@ def _stmt_exprs(s: ir.Stmt) -> tuple:
 
 
 def _loads_in(stmts):
-    """Every array load in a statement list, nested statements included."""
+    """Every array and pool load in a statement list, nested statements included."""
     for st in ir.statements(stmts):
         stack = list(_stmt_exprs(st))
         while stack:
             e = stack.pop()
-            if isinstance(e, ir.Load):
+            if isinstance(e, (ir.Load, ir.PoolLoad)):
                 yield e
             stack.extend(_expr_children(e))
+
+
+def element_key(load) -> tuple[str, object]:
+    """What a lanes loop's independence rule compares for a load: the array or pool, and the
+    index (a pool's: the tuple of indices), as LanesScope.writes records them."""
+    if isinstance(load, ir.PoolLoad):
+        return load.pool.name, tuple(load.indices)
+    return load.base.name, load.index
 
 
 def _mentions(e: ir.Expr, names: set[str]) -> bool:

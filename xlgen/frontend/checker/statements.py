@@ -86,6 +86,8 @@ class StatementRules:
             ctx.scopes[-1][name] = Local(t, loc, used=True)
 
     def stmt_Assign(self, s: A.Assign, ctx: Context):
+        if self._names_pool(s.target, ctx):
+            return self._pool_store(s, (s.index,) if s.index is not None else (), ctx)
         target = self._assign_target(s.target, s.loc, ctx)
         if target is None:
             self.expr(s.value, ctx)
@@ -120,6 +122,48 @@ class StatementRules:
         if not self._same(elem, value.type, s.value.loc, f"'{s.target}'"):
             return None
         return ir.Assign(target, index, value, checked, s.loc)
+
+    def stmt_MultiAssign(self, s: A.MultiAssign, ctx: Context):
+        if self._names_pool(s.target, ctx):
+            return self._pool_store(s, s.indices, ctx)
+        target = self._assign_target(s.target, s.loc, ctx)
+        if target is not None:
+            what = "an array: index it with one index" if isinstance(target.type, ir.ArrayType) else "a pool"
+            self.error(s.loc, f"'{s.target}' is not {what}")
+        for i in s.indices:
+            self.expr(i, ctx)
+        self.expr(s.value, ctx)
+        return None
+
+    def _names_pool(self, name: str, ctx: Context) -> bool:
+        g = self.globals.get(name)
+        return g is not None and g.kind == "pool" and ctx.lookup(name) is None
+
+    def _pool_store(self, s, index_nodes, ctx: Context):
+        """`p[i0, ...] = e`: a pool element, with '=' only (a read-modify-write is written out,
+        so its read is an access the rules see like any other)."""
+        if not index_nodes:
+            pool = self.pools.get(s.target)
+            shape = ", ".join("i" + str(k) for k in range(len(pool.dims))) if pool else "..."
+            self.error(s.loc, f"pool '{s.target}' is written one element at a time: '{s.target}[{shape}] = ...'")
+            self.expr(s.value, ctx)
+            return None
+        access = self._pool_access(s.target, index_nodes, s.loc, ctx, "written")
+        if access is None:
+            self.expr(s.value, ctx)
+            return None
+        pool, indices, checked = access
+        if s.op != "=":
+            self.error(s.loc, f"a pool element is written with '=' only, not '{s.op}' (write "
+                              f"'{s.target}[...] = {s.target}[...] {s.op[:-1]} ...')")
+            self.expr(s.value, ctx)
+            return None
+        value = self.expr(s.value, ctx, pool.elem)
+        if value is None or not self._same(pool.elem, value.type, s.value.loc, f"pool '{s.target}'"):
+            return None
+        if ctx.lanes is not None and not self._lanes_pool_write(s, ctx, pool, indices, index_nodes):
+            return None
+        return ir.PoolStore(pool, indices, checked, value, s.loc)
 
     def _assign_target(self, name: str, loc: Loc, ctx: Context) -> ir.Var | None:
         local = ctx.lookup(name)
