@@ -567,33 +567,36 @@ def _pct(x: float) -> str:
 
 
 def plot_block_sizes(rows: list[Speculation], path: str | Path, title: str = "") -> Path:
-    """ASBS block size against verify step, one line per prompt, coloured by kind (a PNG)."""
+    """ASBS block size against verify step, one line per prompt coloured by its kind: one panel
+    per prompt, stacked, sharing the step axis (trajectories that swing between sizes every few
+    steps hide each other on one axes). A PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
-    styles = ["-", "--", ":", "-."]
-    seen: dict[str, int] = {}
-    spread = 0.07  # lines that coincide stay visible: each prompt's drawn a little above or below
-    for i, r in enumerate(rows):
-        n = seen.get(r.kind, 0)
-        seen[r.kind] = n + 1
-        colour = KIND_COLOURS.get(r.kind, f"C{(len(KIND_COLOURS) + list(seen).index(r.kind)) % 10}")
-        steps = np.arange(1, len(r.blocks) + 1)
-        offset = (i - (len(rows) - 1) / 2) * spread / max(len(rows) - 1, 1) * 2
-        ax.step(steps, r.blocks + offset, where="post", color=colour, linestyle=styles[n % len(styles)],
-                linewidth=1.6, alpha=0.85, label=f"{r.name} ({r.kind}, {r.tokens_per_step:.2f} tok/step)")
-    ax.set_xlabel("verify step")
-    ax.set_ylabel("block size chosen (ASBS)")
+    n = max(len(rows), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 0.9 + 0.8 * n), dpi=110, sharex=True, squeeze=False)
     top = max([int(r.blocks.max()) for r in rows if len(r.blocks)] + [1])
-    ax.set_yticks(sorted({1, 2, 4, 8, top} & set(range(1, top + 1))))
-    ax.set_ylim(0.5, top + 0.5)
-    ax.grid(alpha=0.3)
-    ax.set_title(title or "ASBS block size per verify step, real byte-level model pair")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    fig.tight_layout()
+    ticks = sorted({1, 4, 8, top} & set(range(1, top + 1)))
+    extra: list[str] = []
+    for ax, r in zip(axes[:, 0], rows):
+        if r.kind not in KIND_COLOURS and r.kind not in extra:
+            extra.append(r.kind)
+        colour = KIND_COLOURS.get(r.kind) or f"C{(3 + extra.index(r.kind)) % 10}"
+        steps = np.arange(1, len(r.blocks) + 1)
+        ax.step(steps, r.blocks, where="post", color=colour, linewidth=1.4)
+        ax.fill_between(steps, r.blocks, step="post", color=colour, alpha=0.15)
+        ax.set_ylim(0, top + 0.8)
+        ax.set_yticks(ticks)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.text(1.01, 0.5, f"{r.name}\n{r.kind}: {r.tokens_per_step:.2f} tok/step, acc. {_pct(r.acceptance)}",
+                transform=ax.transAxes, fontsize=7.5, va="center", color=colour)
+    axes[-1, 0].set_xlabel("verify step")
+    fig.supylabel("block size chosen (ASBS)", fontsize=9)
+    fig.suptitle(title or "ASBS block size per verify step, real byte-level model pair", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.80, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
