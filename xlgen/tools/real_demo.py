@@ -100,7 +100,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     demo = RealDemo(backend="gpu" if use_gpu else "cpu")
     main_name = "the GPU (mega-kernel, deterministic)" if use_gpu else "the CPU build (no GPU found)"
     echo(f"pipeline {compiled.name} from {source}: generated code in {compiled.dir}")
-    echo(f"weights {weights_path or rp.pair_file()}; {len(prompts)} prompts "
+    echo(f"weights {weights_path or rp.pair_file()}; {len(prompts)} prompt{'s' if len(prompts) != 1 else ''} "
          f"({', '.join(f'{k} {n}' for k, n in _kind_counts(prompts).items())}), {n_new} new tokens each; "
          f"main runs on {main_name}")
 
@@ -119,8 +119,14 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     plain_params = rp.launch_params(module, weights, binding.params("plain"))
     config = LaunchConfig(max_active=len(prompts))
     results = {}
-    with progress_bar(steps, "running the real pair", show_eta=False) as bar:
+    with progress_bar(steps, "real pair", show_eta=False, item_show_func=lambda item: item) as bar:
+        def doing(what: str) -> None:  # what the next step does, shown beside the bar
+            if hasattr(bar, "render_progress"):
+                bar.current_item = what
+                bar.render_progress()
+
         diff_config = LaunchConfig(max_active=len(diff_prompts))
+        doing("diff test: the simulator")
         t0 = time.perf_counter()
         reference_run = sim.run(module, asbs, diff_inputs, diff_config)
         demo.timings.append(Timed(f"diff test reference ({len(diff_prompts)} short prompts x {diff_tokens} tokens)", "sim",
@@ -128,11 +134,13 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
         bar.update(1)
         divergences = {}
         for backend in diff_backends:
+            doing(f"diff test: {backend}")
             other = run_on(backend, asbs, diff_inputs, diff_config)
             divergences[backend] = compare(program, reference_run, other)
             demo.diff[backend] = divergences[backend] is None
             bar.update(1)
         for what, params in (("plain greedy", plain_params), ("speculative, ASBS", asbs)):
+            doing(f"{what} on {demo.backend}")
             t0 = time.perf_counter()
             results[what] = run_on(demo.backend, params, inputs, config)
             demo.timings.append(Timed(what, demo.backend, time.perf_counter() - t0,
@@ -141,6 +149,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
         demo.plain = rp.summarise(program, results["plain greedy"], prompts, n_new, reference, binding)
         demo.spec = rp.summarise(program, results["speculative, ASBS"], prompts, n_new, reference, binding)
         demo.spec_equals_plain = demo.spec.answers == demo.plain.answers
+        doing("plot")
         demo.plot = rp.plot_block_sizes(demo.spec.speculation, out_dir / "real_block_sizes.png",
                                         f"ASBS block size per verify step: {compiled.name}, real model pair, "
                                         f"{n_new} new tokens")
