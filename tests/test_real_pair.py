@@ -12,7 +12,6 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 

@@ -34,7 +34,6 @@ import numpy as np
 
 from ..core.resources import data_dir
 
-KINDS = ("code", "prose", "random")
 KIND_COLOURS = {"code": "tab:blue", "prose": "tab:green", "random": "tab:red"}
 # A disagreement with PyTorch at a recorded top-1 margin below this is float32 noise (the order of
 # additions is not part of the models' contract; docs/models.md), not a wrong implementation.
