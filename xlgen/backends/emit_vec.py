@@ -204,8 +204,15 @@ class VecEmitter:
 
     def stmt_For(self, s: ir.For, depth):
         pad = self._pad(depth)
-        return [f"{pad}for {names.py(s.var)} in range({s.start}, {s.stop}):",
-                *(self.block(s.body, depth + 1) or [f"{pad}    pass"])]
+        return [f"{pad}xl_L.loop_enter()", f"{pad}for {names.py(s.var)} in range({s.start}, {s.stop}):",
+                f"{pad}    if not xl_L.loop_next():", f"{pad}        break",
+                *self.block(s.body, depth + 1), f"{pad}xl_L.loop_exit()"]
+
+    def stmt_Break(self, s: ir.Break, depth):
+        return [f"{self._pad(depth)}xl_L.leave(True)"]
+
+    def stmt_Continue(self, s: ir.Continue, depth):
+        return [f"{self._pad(depth)}xl_L.leave(False)"]
 
     def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
         pad = self._pad(depth)
@@ -230,8 +237,7 @@ class VecEmitter:
 
     @classmethod
     def covers(cls, body) -> bool:
-        """Can numpy code run these statements? (Not a `break` or `continue` of a loop in an
-        iteration: each iteration leaves that loop at its own time.)"""
+        """Can numpy code run these statements?"""
         return all(hasattr(cls, "stmt_" + type(s).__name__) for s in ir.statements(body))
 
     # ---- the statement itself

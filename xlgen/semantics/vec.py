@@ -43,6 +43,7 @@ class Lanes:
         self.live = np.ones(n, dtype=bool)
         self.mask = self.live.copy()
         self.arms: list[np.ndarray] = []
+        self.loops: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]] = []
         self.code = np.zeros(n, dtype=np.int32)  # the current statement's first error, per iteration
         self.line = np.zeros(n, dtype=np.int32)
         self.fail_code = np.zeros(n, dtype=np.int32)
@@ -85,6 +86,34 @@ class Lanes:
     def pop(self) -> None:
         self.mask = self.arms.pop()
 
+    # ---- `for` loops inside an iteration: each iteration leaves them (`break`) or skips to
+    # the next pass (`continue`) at its own time, so those are masks too
+    def loop_enter(self) -> None:
+        """Remember who runs the loop (the mask and enclosing arms) and who has broken out."""
+        self.loops.append((self.mask, list(self.arms), np.zeros(self.n, dtype=bool)))
+
+    def loop_next(self) -> bool:
+        """The start of a pass: every iteration that entered, has not failed and has not broken
+        out runs it (a `continue` lasts one pass). False when none does: the loop is over."""
+        mask, arms, broken = self.loops[-1]
+        self.mask = mask & self.live & ~broken
+        self.arms = [a & self.live for a in arms]
+        return bool(self.mask.any())
+
+    def loop_exit(self) -> None:
+        mask, arms, _ = self.loops.pop()
+        self.mask = mask & self.live
+        self.arms = [a & self.live for a in arms]
+
+    def leave(self, for_good: bool) -> None:
+        """`break` (for_good) or `continue` on the iterations running this statement: they skip
+        the rest of the pass, and with `break` the rest of the loop."""
+        stop = self.mask
+        if for_good:
+            self.loops[-1][2][stop] = True
+        self.mask = self.mask & ~stop
+        self.arms = [a & ~stop for a in self.arms]
+
 
 def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
     """`array[index] = value` on the iterations the statement takes effect on."""
@@ -124,7 +153,10 @@ def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, *indices) 
 
 
 def v_idx(L: Lanes, i, n: int, line: int):
-    bad = (i < 0) | (i >= n) if np.asarray(i).dtype.kind == "i" else (i >= n)
+    i = np.asarray(i)
+    bad = (i < 0) | (i >= n) if i.dtype.kind == "i" else (i >= n)
+    if not bad.any():  # the common case: nothing to record or replace
+        return i
     L.check(bad, ERR_INDEX, line)
     return np.where(bad, 0, i).astype(np.int64)
 
@@ -135,7 +167,15 @@ def _divisor(L: Lanes, b, line: int):
     return np.where(bad, 1, b)
 
 
+def _positive_divisor(a, b) -> bool:
+    """The common case of a division's operands: a uniform divisor above zero and dividends
+    at or above zero, where truncation is numpy's floor division (nothing can fail)."""
+    return np.ndim(b) == 0 and b > 0 and np.asarray(a).min(initial=0) >= 0
+
+
 def v_div_i32(L: Lanes, a, b, line: int):
+    if _positive_divisor(a, b):
+        return np.asarray(a // I32(b), dtype=np.int32)
     b = _divisor(L, b, line).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     q = np.abs(a) // np.abs(b)
@@ -143,6 +183,8 @@ def v_div_i32(L: Lanes, a, b, line: int):
 
 
 def v_rem_i32(L: Lanes, a, b, line: int):
+    if _positive_divisor(a, b):
+        return np.asarray(a % I32(b), dtype=np.int32)
     b = _divisor(L, b, line).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     r = np.abs(a) % np.abs(b)
@@ -414,8 +456,11 @@ class Elements(Lanes):
         rows = max(1, -(-int(self.length.max(initial=0)) // REDUCE_LANES))
         table = np.full((self.outer.n, rows * REDUCE_LANES), -0.0, dtype=np.float32)
         table[self.segment, self.offset] = v
+        table = table.reshape(self.outer.n, rows, REDUCE_LANES)
         with np.errstate(all="ignore"):
-            acc = np.add.accumulate(table.reshape(self.outer.n, rows, REDUCE_LANES), axis=1)[:, -1]
+            acc = F32(-0.0) + table[:, 0]  # from -0.0, as every backend starts
+            for row in range(1, rows):  # lane l adds its elements in order
+                acc = acc + table[:, row]
             for perm in _BUTTERFLY:
                 acc = acc + acc[:, perm]
         return acc[:, 0]
