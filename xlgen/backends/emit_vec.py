@@ -2,7 +2,8 @@
 reductions, docs/semantics.md §13.2).
 
 The iterations of a lanes loop (the elements of a reduction) are evaluated together: a
-value that differs per iteration is a numpy array, one that does not is a numpy scalar.
+value that differs per iteration is a numpy array, one that does not is a numpy scalar. A
+reduction in an iteration is evaluated over all iterations' elements at once (stmt_Reduce).
 Operators come from the table below, whose checked operations record errors in the
 `Lanes` object of xlgen/semantics/vec.py instead of raising. Conditional evaluation (`if`,
 `&&`, `||`, `?:`) narrows the iterations that count with a mask.
