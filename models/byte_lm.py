@@ -391,8 +391,10 @@ def _top1(logits):
     return top, vals[..., 0] - vals[..., 1]
 
 
-def greedy_plain(w, cfg: Config, prompt: bytes, n_new: int, device: str = "cpu") -> tuple[list[int], float]:
-    """Greedy decoding with no cache (the whole sequence recomputed each step)."""
+def greedy_plain(w, cfg: Config, prompt: bytes, n_new: int, device: str = "cpu",
+                 margins: list[float] | None = None) -> tuple[list[int], float]:
+    """Greedy decoding with no cache (the whole sequence recomputed each step). Each step's top-1
+    margin is appended to `margins` when given."""
     import torch
     _check_len(cfg, len(prompt), n_new)
     seq = torch.tensor(list(prompt), dtype=torch.long, device=device).view(1, -1)
@@ -401,6 +403,8 @@ def greedy_plain(w, cfg: Config, prompt: bytes, n_new: int, device: str = "cpu")
         for _ in range(n_new):
             top, m = _top1(forward(w, cfg, seq)[0, -1])
             margin = min(margin, float(m))
+            if margins is not None:
+                margins.append(float(m))
             seq = torch.cat([seq, top.view(1, 1)], dim=1)
     return seq[0, len(prompt):].tolist(), margin
 
@@ -595,7 +599,8 @@ def cmd_acceptance(args) -> None:
 
 def record(device: str, n_new: int, prompts_path=PROMPTS) -> dict:
     """Target and draft greedy tokens of every bundled prompt (torch, no cache) with the smallest
-    top-1 margin of each, and whether static-cache decoding gives the same tokens."""
+    top-1 margin of each and every step's margin (`margins[k]`: the top-1 minus the top-2 logit
+    where token k was chosen, 7 decimals), and whether static-cache decoding gives the same tokens."""
     import torch
     torch.use_deterministic_algorithms(True)
     out = {"n_new": n_new, "device": device, "torch": torch.__version__, "models": {}}
@@ -604,10 +609,12 @@ def record(device: str, n_new: int, prompts_path=PROMPTS) -> dict:
         w = torch_weights(arrays, device)
         rows = []
         for pr in load_prompts(prompts_path):
-            plain, margin = greedy_plain(w, cfg, pr["bytes"], n_new, device)
+            margins: list[float] = []
+            plain, margin = greedy_plain(w, cfg, pr["bytes"], n_new, device, margins)
             [cached], [cmargin] = greedy_cached(w, cfg, [pr["bytes"]], n_new, device)
             rows.append({"name": pr["name"], "tokens": plain, "min_margin": margin,
-                         "cached_agrees": cached == plain, "cached_min_margin": cmargin})
+                         "cached_agrees": cached == plain, "cached_min_margin": cmargin,
+                         "margins": [round(m, 7) for m in margins]})
         out["models"][name] = rows
     return out
 

@@ -149,6 +149,14 @@ def test_block_rounds_accept_the_matching_prefix_then_commit_one():
 RECORDED = json.loads((PAIR / "reference_tokens.json").read_text())
 
 
+def test_recorded_margins_cover_every_step():
+    for model in ("target", "draft"):
+        for row in RECORDED["models"][model]:
+            assert len(row["margins"]) == len(row["tokens"]) == RECORDED["n_new"]
+            assert min(row["margins"]) == pytest.approx(row["min_margin"], abs=1e-7)
+            assert all(m >= 0 for m in row["margins"])
+
+
 @pytest.mark.parametrize("model", ["target", "draft"])
 def test_numpy_reference_decodes_the_recorded_torch_tokens(model):
     cfg, w = byte_lm.load_weights(byte_lm.MODEL_FILES[model])

@@ -230,24 +230,60 @@ Examples:
   xlgen demo                          # writes xlgen-demo/block_sizes.png
   xlgen demo -w small -o /tmp/demo    # a quicker run
   xlgen demo --no-gpu
+  xlgen demo --real                   # the real model pair: writes xlgen-demo/real_block_sizes.png
+  xlgen demo --real --prompts code,random_0 -n 32     # some prompts (names, kinds, indices), fewer tokens
 """)
 @click.option("-w", "--workload", "workload_name", default="mixed", show_default=True,
               help="A workload JSON file or a bundled workload name.")
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("xlgen-demo"),
               show_default=True, help="Where to write the plot.")
 @click.option("--gpu/--no-gpu", "use_gpu", default=None, help="Also run the GPU (default: when one is present).")
+@click.option("--real", is_flag=True,
+              help="The real byte-level model pair (models/bytes_pair/, docs/models.md) in stages/byte_spec.xl: "
+                   "diff-test the backends on a short run, then plain greedy and speculative decoding (ASBS) of the "
+                   "bundled prompts on the GPU (else the CPU build), compared with PyTorch's greedy tokens; "
+                   "acceptance per prompt kind; real_block_sizes.png.")
+@click.option("--prompts", "prompt_selection", default=None, metavar="LIST",
+              help="With --real: the bundled prompts to run, by name, kind or index, comma-separated (default: all 8).")
+@click.option("-n", "--new-tokens", "n_new", type=AsciiInt(1, 504), default=128, show_default=True,
+              help="With --real: new tokens per prompt (PyTorch's recorded 128 are compared).")
 @_friendly
-def demo(workload_name, out_dir, use_gpu):
-    """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot."""
-    from ..tools.demo import run_demo
+def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
+    """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot.
+
+    With --real, the real byte-level model pair instead of the synthetic models: a 4-layer
+    target verifies a 1-layer draft's blocks, both running inside the mega-kernel
+    (stages/byte_spec.xl). Exit codes: 0 backends identical, speculative = plain greedy, and
+    PyTorch's tokens reproduced (a difference only where PyTorch's own top-1 margin is below
+    1e-4 is float32 noise and passes); 1 otherwise; 2 usage.
+    """
+    from click.core import ParameterSource
+
     from ..tools.workload import WorkloadError
 
+    ctx = click.get_current_context()
     if use_gpu:
         from ..runtime import gpu
 
         if not gpu.available():
             raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]'); --no-gpu runs "
                                    "the simulator and the CPU build only")
+    if real:
+        if ctx.get_parameter_source("workload_name") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--real runs the bundled prompts (--prompts picks some), not a workload (-w)")
+        from ..tools.real_demo import run_real_demo
+        from ..tools.real_pair import RealPairError
+
+        try:
+            result = run_real_demo(out_dir, prompt_selection, n_new, use_gpu)
+        except RealPairError as exc:
+            raise click.UsageError(str(exc)) from None
+        sys.exit(EXIT_OK if result.ok else EXIT_MISMATCH)
+    for name in ("prompt_selection", "n_new"):
+        if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{'prompts' if name == 'prompt_selection' else 'new-tokens'} goes with --real")
+    from ..tools.demo import run_demo
+
     try:
         agreed = run_demo(out_dir, workload_name, use_gpu)
     except WorkloadError as exc:

@@ -1,0 +1,442 @@
+"""The real model pair in the mega-kernel against PyTorch (issue 14), side by side in one process
+on one GPU: stages/byte_spec.xl running the bundled byte-level target and draft
+(models/bytes_pair/), and PyTorch greedy decoding of the same target (scripts/torch_baselines.py).
+
+Variants, each on the bundled prompts (3 code, 3 prose, 2 random bytes: a mix of kinds), --n new
+tokens per prompt, at every batch size of --batches (batch B: the prompts in groups of B, one
+launch per group, B requests resident at once):
+
+  mega plain        greedy decoding of the target alone, no draft (speculate=false; the reference)
+  mega ASBS         speculative decoding, block sizes chosen by ASBS
+  mega B=k          speculative decoding, fixed block size k (--blocks, default 1,2,4,8)
+  torch eager_kv    PyTorch, a static KV cache, one eager decode step per token
+  torch graph_kv    the decode step captured once as a CUDA graph, replayed per token
+  torch graph_kv_loop  all decode steps of a request captured in one CUDA graph
+
+Every variant's tokens are checked equal to mega plain's at the first batch size (and mega
+plain's against PyTorch's recorded greedy tokens, reference_tokens.json); the table says so per row.
+
+What is timed: tokens/s = new tokens / wall time, best of --repeats timed runs after one warm-up
+run of the same launch (the warm-up absorbs NVRTC compilation, module load, the weights' upload
+and CUDA-graph capture, none of which is timed). Mega-kernel: host wall time from the launch to
+the host seeing completion (xlgen.runtime.gpu's timing.wall_ms: no compile, no packing of the
+requests, no copy of the results back); the whole gpu.run call is in `call_ms` too. PyTorch: the
+prefill of every row (eager) and every new token, with a device synchronise at both ends (graph
+capture excluded). A batch of several launches (batch 1: one per prompt) sums its launches' best
+times.
+
+    python3 scripts/real_bench.py -o bench/real                       # on a GPU: JSON + markdown table
+    python3 scripts/real_bench.py -o /tmp/rb --team-warps 1,4 --request-in-shared 0,1
+    python3 scripts/real_bench.py -o /tmp/rb --batches 8 --blocks 2,4 --no-torch --repeats 3
+    python3 scripts/real_bench.py -o /tmp/rb --backend cpu --n 8 --prompts code_class --no-torch  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # torch_baselines (imported only when torch runs)
+
+from xlgen.tools import real_pair as rp  # noqa: E402
+
+TORCH_MODES = ("eager_kv", "graph_kv", "graph_kv_loop")
+REQUEST_MODE_OPTION = "-DXL_REQUEST_IN_SHARED="
+
+
+@dataclass
+class Row:
+    """One variant at one batch size (and team size and request mode, for the mega-kernel)."""
+    variant: str
+    batch: int
+    requests: int
+    launches: int
+    new_tokens: int  # committed new tokens over all launches
+    best_ms: float  # sum over launches of each launch's best time
+    median_ms: float
+    team_warps: int | None = None
+    request_mode: str | None = None  # XL_REQUEST_IN_SHARED (None: the default)
+    call_ms: float | None = None  # mega-kernel: the whole gpu.run call, best
+    kernel_ms: float | None = None  # mega-kernel: device time between events, best
+    rounds: int | None = None  # mega-kernel: rounds of the longest launch
+    verify_steps: int | None = None
+    tokens_per_step: float | None = None
+    acceptance: float | None = None  # accepted / drafted tokens
+    equal_plain: str = ""  # "k/n": answers equal to mega plain greedy's (batch 1)
+    equal_pytorch: str = ""  # "k/n": answers equal to PyTorch's recorded tokens (mega plain only)
+    note: str = ""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / (self.best_ms / 1e3) if self.best_ms > 0 else float("nan")
+
+    @property
+    def tokens_per_s_median(self) -> float:
+        return self.new_tokens / (self.median_ms / 1e3) if self.median_ms > 0 else float("nan")
+
+    @property
+    def all_equal(self) -> bool:
+        k, _, n = self.equal_plain.partition("/")
+        return bool(n) and k == n
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["tokens_per_s"] = rp.finite(self.tokens_per_s)
+        d["tokens_per_s_median"] = rp.finite(self.tokens_per_s_median)
+        for key in ("tokens_per_step", "acceptance"):
+            d[key] = rp.finite(d[key]) if d[key] is not None else None
+        return d
+
+
+def groups(items: list, batch: int) -> list[list]:
+    """`items` in launches of `batch` (the last may be smaller; one launch when batch >= len)."""
+    return [items[i:i + batch] for i in range(0, len(items), batch)] if batch < len(items) else [list(items)]
+
+
+def best_and_median(times: list[float]) -> tuple[float, float]:
+    return min(times), statistics.median(times)
+
+
+def equal_count(answers: list[list[int]], reference: list[list[int]]) -> str:
+    return f"{sum(a == b for a, b in zip(answers, reference))}/{len(reference)}"
+
+
+# ---- the mega-kernel ------------------------------------------------------------------------------
+
+@dataclass
+class Launch:
+    result: object
+    wall_ms: float  # timed: launch to completion (GPU), or the whole call (CPU build, simulator)
+    call_ms: float
+    kernel_ms: float | None
+
+
+class MegaRunner:
+    """Runs the pipeline on one backend and says how long it took. `gpu`: the mega-kernel
+    (deterministic mode, a team of `team_warps`); `cpu`/`sim`: the CPU build or the simulator
+    (a smoke test of this script: their times mean little)."""
+
+    def __init__(self, compiled, backend: str = "gpu", team_warps: int = 1, timeout: float = 300.0):
+        self.compiled, self.backend, self.team_warps, self.timeout = compiled, backend, team_warps, timeout
+
+    def __call__(self, params: dict, inputs: list[dict], batch: int) -> Launch:
+        from xlgen.runtime import cpu, sim
+        from xlgen.runtime.sim import LaunchConfig
+
+        config = LaunchConfig(max_active=batch)
+        t0 = time.perf_counter()
+        if self.backend == "gpu":
+            from xlgen.runtime import gpu
+
+            result = gpu.run(self.compiled, params, inputs, config, team_warps=self.team_warps, timeout=self.timeout)
+            call_ms = (time.perf_counter() - t0) * 1e3
+            timing = result.extra["timing"]
+            return Launch(result, timing.wall_ms, call_ms, timing.kernel_ms)
+        if self.backend == "cpu":
+            result = cpu.run(self.compiled, params, inputs, config)
+        else:
+            result = sim.run(self.compiled.sim_module(), params, inputs, config)
+        call_ms = (time.perf_counter() - t0) * 1e3
+        return Launch(result, call_ms, call_ms, None)
+
+
+def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.Prompt], n_new: int, batch: int,
+               repeats: int, plain: list[list[int]] | None, binding: rp.Binding) -> tuple[Row, list[list[int]]]:
+    """One variant at one batch size: every launch once as a warm-up, then `repeats` timed runs;
+    the answers of the last run (every run's must be the same: checked)."""
+    program = runner.compiled.program
+    answers: list[list[int]] = []
+    stats: list[rp.Speculation] = []
+    best = median = call = 0.0
+    kernel: float | None = 0.0
+    rounds = 0
+    note = []
+    for group in groups(prompts, batch):
+        inputs = rp.request_inputs(group, n_new, binding)
+        first = runner(params, inputs, batch)  # warm-up
+        got = rp.committed_tokens(program, first.result)
+        timed = [runner(params, inputs, batch) for _ in range(repeats)]
+        if any(rp.committed_tokens(program, t.result) != got for t in timed):
+            note.append(f"answers changed between runs of {', '.join(p.name for p in group)}")
+        b, m = best_and_median([t.wall_ms for t in timed])
+        best, median = best + b, median + m
+        call += min(t.call_ms for t in timed)
+        kernel = None if kernel is None or timed[0].kernel_ms is None else kernel + min(t.kernel_ms for t in timed)
+        rounds = max(rounds, timed[-1].result.rounds)
+        answers += got
+        stats += rp.speculation(program, timed[-1].result, group, binding)
+        failed = [rec for rec in timed[-1].result.records if rec[2] == 0xFFFFFFFF]
+        if failed:
+            note.append(f"{len(failed)} request(s) failed")
+    steps = sum(s.steps for s in stats)
+    proposed = None if any(s.proposed is None for s in stats) else sum(s.proposed for s in stats)
+    accepted = sum(int(s.accepted.sum()) for s in stats)
+    tokens = sum(len(a) for a in answers)
+    row = Row(variant, batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
+              team_warps=runner.team_warps if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
+              rounds=rounds, verify_steps=steps, tokens_per_step=tokens / steps if steps else None,
+              acceptance=accepted / proposed if proposed else None,
+              equal_plain=equal_count(answers, plain) if plain is not None else "", note="; ".join(note))
+    return row, answers
+
+
+def mega_variants(binding: rp.Binding, blocks: list[int]) -> list[tuple[str, dict]]:
+    """(name, launch parameters) of every mega-kernel variant (the binding names the parameters)."""
+    return ([("mega plain", binding.params("plain")), ("mega ASBS", binding.params("speculative"))]
+            + [(f"mega B={b}", binding.params("fixed", b)) for b in blocks])
+
+
+def set_request_mode(mode: str | None) -> None:
+    """XLGEN_NVRTC_OPTIONS with -DXL_REQUEST_IN_SHARED=mode (None: the option removed: the default)."""
+    options = [o for o in os.environ.get("XLGEN_NVRTC_OPTIONS", "").split() if not o.startswith(REQUEST_MODE_OPTION)]
+    if mode is not None:
+        options.append(f"{REQUEST_MODE_OPTION}{mode}")
+    os.environ["XLGEN_NVRTC_OPTIONS"] = " ".join(options)
+
+
+# ---- PyTorch ------------------------------------------------------------------------------------------
+
+def bench_torch(mode: str, w, cfg, prompts: list[rp.Prompt], n_new: int, batch: int, repeats: int, device: str,
+                plain: list[list[int]] | None) -> tuple[Row, list[list[int]]]:
+    """torch_baselines' decoders, timed here: best of `repeats` after a warm-up, per launch."""
+    import torch
+    import torch_baselines as tb
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    answers: list[list[int]] = []
+    best = median = 0.0
+    for group in groups(prompts, batch):
+        data = [p.data for p in group]
+        times = []
+        if mode == "eager_nocache":
+            for _ in range(repeats + 1):
+                sync()
+                t0 = time.perf_counter()
+                toks = [tb.byte_lm.greedy_plain(w, cfg, d, n_new, device)[0] for d in data]
+                sync()
+                times.append((time.perf_counter() - t0) * 1e3)
+        else:
+            dec = tb.GraphDecoder(w, cfg, len(data), device, n_new - 1, whole_loop=mode == "graph_kv_loop",
+                                  use_graph=mode != "eager_kv")
+            for _ in range(repeats + 1):
+                sync()
+                t0 = time.perf_counter()
+                dec.prefill(data)
+                dec.decode()
+                sync()
+                times.append((time.perf_counter() - t0) * 1e3)
+            toks = dec.tokens(data)
+        b, m = best_and_median(times[1:])
+        best, median = best + b, median + m
+        answers += [list(t) for t in toks]
+    tokens = sum(len(a) for a in answers)
+    return Row(f"torch {mode}", batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
+               equal_plain=equal_count(answers, plain) if plain is not None else ""), answers
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+def markdown(rows: list[Row], title: str = "") -> str:
+    ref = {(r.batch, r.team_warps, r.request_mode): r for r in rows if r.variant == "mega plain"}
+    out = [f"{title}\n" if title else "",
+           "| variant | batch | team warps | request mode | launches | new tokens | best ms | median ms | tokens/s (best) "
+           "| × mega plain | verify steps | tokens/step | acceptance | = plain greedy | = PyTorch | note |",
+           "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    for r in rows:
+        base = ref.get((r.batch, r.team_warps, r.request_mode)) or next(
+            (x for x in rows if x.variant == "mega plain" and x.batch == r.batch), None)
+        speed = f"{r.tokens_per_s / base.tokens_per_s:.2f}" if base and base.tokens_per_s == base.tokens_per_s else "-"
+        out.append(f"| {r.variant} | {r.batch} | {_cell(r.team_warps)} | {_cell(r.request_mode)} | {r.launches} | "
+                   f"{r.new_tokens} | {r.best_ms:.2f} | {r.median_ms:.2f} | {r.tokens_per_s:,.0f} | {speed} | "
+                   f"{_cell(r.verify_steps)} | {_cell(r.tokens_per_step, '.2f')} | "
+                   f"{_cell(r.acceptance, '.1%')} | {r.equal_plain or '-'} | {r.equal_pytorch or '-'} | {r.note} |")
+    return "\n".join(line for line in out if line) + "\n"
+
+
+def _cell(value, spec: str = "") -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+def line(r: Row) -> str:
+    extra = ""
+    if r.team_warps is not None:
+        extra = f" team {r.team_warps}" + (f" mode {r.request_mode}" if r.request_mode is not None else "")
+    steps = f"  {r.tokens_per_step:.2f} tok/step" if r.tokens_per_step else ""
+    return (f"batch {r.batch:<2} {r.variant:<20}{extra}: {r.tokens_per_s:>9,.0f} tok/s (best of runs; median "
+            f"{r.tokens_per_s_median:,.0f}), {r.best_ms:.2f} ms{steps}  = plain: {r.equal_plain or '-'}"
+            + (f"  = PyTorch: {r.equal_pytorch}" if r.equal_pytorch else "") + (f"  [{r.note}]" if r.note else ""))
+
+
+# ---- main -------------------------------------------------------------------------------------------------
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: a comma-separated list of integers, not '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{what}: integers >= 1, not '{text}'")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    doc = __doc__.split("\n\n")
+    ap = argparse.ArgumentParser(prog="real_bench.py", description=doc[0], epilog="\n\n".join(doc[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--out", type=Path, required=True, help="directory for real_bench.json and real_bench.md")
+    ap.add_argument("--n", type=int, default=128, help="new tokens per prompt (default 128)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per launch after the warm-up (default 5)")
+    ap.add_argument("--batches", type=lambda s: _ints(s, "--batches"), default=[1, 8], help="default 1,8")
+    ap.add_argument("--blocks", type=lambda s: _ints(s, "--blocks"), default=[1, 2, 4, 8],
+                    help="fixed block sizes (default 1,2,4,8)")
+    ap.add_argument("--prompts", default=None, help="bundled prompts by name, kind or index (default: all 8)")
+    ap.add_argument("--team-warps", type=lambda s: _ints(s, "--team-warps"), default=None,
+                    help="warps per request of the mega-kernel, a list (default $XLGEN_TEAM_WARPS or 1)")
+    ap.add_argument("--request-in-shared", default=None, metavar="MODES",
+                    help="XL_REQUEST_IN_SHARED values to compare, e.g. 0,1 (sets XLGEN_NVRTC_OPTIONS; "
+                         "default: the kernel's default, or what XLGEN_NVRTC_OPTIONS says)")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch baselines")
+    ap.add_argument("--torch-modes", default=",".join(TORCH_MODES),
+                    help=f"default {','.join(TORCH_MODES)} (eager_nocache too, batch 1 only)")
+    ap.add_argument("--backend", choices=("gpu", "cpu", "sim"), default="gpu",
+                    help="gpu (default); cpu or sim: a smoke test of the script (times mean nothing)")
+    ap.add_argument("--pipeline", type=Path, default=None,
+                    help="default: the binding's (models/bytes_pair/pipeline.json: stages/byte_spec.xl)")
+    ap.add_argument("--weights", type=Path, default=None, help="default models/bytes_pair/pair.safetensors")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="PyTorch's recorded tokens (default models/bytes_pair/reference_tokens.json)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mega-kernel launch (default 300)")
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.repeats < 1:
+        ap.error("--n and --repeats must be >= 1")
+    if args.request_in_shared is not None:
+        modes = [m.strip() for m in args.request_in_shared.split(",") if m.strip()]
+        if not modes or any(m not in ("0", "1", "2") for m in modes):
+            ap.error(f"--request-in-shared: values of 0, 1, 2, not '{args.request_in_shared}'")
+        args.request_in_shared = modes
+    args.torch_modes = [m.strip() for m in args.torch_modes.split(",") if m.strip()]
+    bad = sorted(set(args.torch_modes) - set(TORCH_MODES) - {"eager_nocache"})
+    if bad:
+        ap.error(f"--torch-modes: unknown {', '.join(bad)}")
+    return args
+
+
+def run(args: argparse.Namespace) -> dict:
+    from xlgen.backends.build import load
+
+    binding = rp.load_binding()
+    prompts = rp.select_prompts(rp.load_prompts(), args.prompts)
+    rp.request_inputs(prompts, args.n, binding)  # every prompt fits, before anything runs
+    weights = rp.load_weights(args.weights)
+    recorded = rp.load_reference(args.reference, binding.reference_model)
+    compiled = load(args.pipeline or binding.pipeline_path())
+    module = compiled.sim_module()
+    rp.check_binding(compiled.program, binding)
+    teams = args.team_warps or [int(os.environ.get("XLGEN_TEAM_WARPS", "1"))]
+    if args.backend != "gpu":
+        teams = teams[:1]
+    modes = args.request_in_shared or [None]
+    timed = next(p for p in __doc__.split("\n\n") if p.startswith("What is timed"))
+    report = {"timed": " ".join(timed.split()), "backend": args.backend, "device": None,
+              "torch": None, "n_new": args.n, "repeats": args.repeats, "prompts": [p.name for p in prompts],
+              "pipeline": str(args.pipeline or binding.pipeline_path()), "first_launch_s": {}, "rows": []}
+    if args.backend == "gpu":
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+        report["device"] = name.decode() if isinstance(name, bytes) else str(name)
+    rows: list[Row] = []
+    plain: list[list[int]] | None = None
+    for mode in modes:
+        if args.backend == "gpu":
+            set_request_mode(mode)
+        for team in teams:
+            if team > 1 and mode == "2":
+                print(f"team {team} with request mode 2: skipped (a team keeps its request in mode 0 or 1)")
+                continue
+            runner = MegaRunner(compiled, args.backend, team, args.timeout)
+            t0 = time.perf_counter()  # the first launch: compile (or the cache), module load, weights' upload
+            runner(rp.launch_params(module, weights, binding.params("plain")), rp.request_inputs(prompts[:1], 1, binding),
+                   1)
+            report["first_launch_s"][f"team {team} mode {mode or 'default'}"] = time.perf_counter() - t0
+            for batch in args.batches:
+                for variant, params in mega_variants(binding, args.blocks):
+                    row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, params), prompts,
+                                              args.n, batch, args.repeats, plain, binding)
+                    row.request_mode = mode
+                    if plain is None:  # the first row: mega plain, the reference of every other
+                        plain = answers
+                        row.equal_plain = equal_count(answers, plain)
+                    if variant == "mega plain":
+                        agreement = rp.compare_run(answers, prompts, recorded, args.n)
+                        row.equal_pytorch = f"{sum(a.agrees for a in agreement)}/{len(agreement)}"
+                        noise = all(a.within_noise for a in agreement)
+                        report["pytorch_agrees"] = report.get("pytorch_agrees", True) and noise
+                        if "agreement" not in report:  # the first plain run's, in full
+                            report["agreement"] = [asdict(a) for a in agreement]
+                            for a in agreement:
+                                if not a.agrees:
+                                    print(f"  {a.name}: {a.describe()}")
+                    rows.append(row)
+                    print(line(row), flush=True)
+    if not args.no_torch:
+        import torch
+
+        import torch_baselines as tb
+
+        device = "cuda" if args.backend == "gpu" else "cpu"
+        torch.backends.cuda.matmul.allow_tf32 = False
+        report["torch"] = torch.__version__
+        cfg, arrays = tb.byte_lm.load_weights(rp.pair_file() if args.weights is None else args.weights,
+                                              binding.reference_model)
+        w = tb.byte_lm.torch_weights(arrays, device)
+        for batch in args.batches:
+            for mode in args.torch_modes:
+                if mode == "eager_nocache" and batch != 1:
+                    continue
+                if mode.startswith("graph") and device != "cuda":
+                    continue
+                row, _ = bench_torch(mode, w, cfg, prompts, args.n, batch, args.repeats, device, plain)
+                rows.append(row)
+                print(line(row), flush=True)
+    report["rows"] = [r.to_json() for r in rows]
+    report["all_equal_plain"] = all(r.all_equal for r in rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "real_bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    title = (f"Real model pair, {report['device'] or args.backend}: {len(prompts)} prompts x {args.n} new tokens, "
+             f"best of {args.repeats} after a warm-up" + (f"; torch {report['torch']}" if report["torch"] else ""))
+    (args.out / "real_bench.md").write_text(markdown(rows, title))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except rp.RealPairError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out / 'real_bench.json'} and {args.out / 'real_bench.md'}")
+    status = 0
+    if not report["all_equal_plain"]:
+        print("some variant's tokens DIFFER from plain greedy's (see the table)", file=sys.stderr)
+        status = 1
+    if not report.get("pytorch_agrees", True):
+        print("plain greedy DIFFERS from PyTorch's recorded tokens beyond float32 noise (see 'agreement')",
+              file=sys.stderr)
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
