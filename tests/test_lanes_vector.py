@@ -52,7 +52,7 @@ def test_elements_take_the_lowest_failing_element_of_each_iteration():
     outer = vec.Lanes(10, 14)
     outer.push(np.array([True, True, False, True]))  # iteration 12 does not run the reduction
     elements = vec.Elements(outer, np.int32(0), np.array([3, 4, 5, 2], dtype=np.int32))
-    assert elements.segment.tolist() == [0, 0, 0, 1, 1, 1, 1, 3, 3]
+    assert elements.iteration_of(np.arange(elements.n)).tolist() == [0, 0, 0, 1, 1, 1, 1, 3, 3]
     assert elements.index.tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 1]
     assert elements.gather(outer.index).tolist() == [10, 10, 10, 11, 11, 11, 11, 13, 13]
     elements.check(elements.index >= 2, 1, 5)  # INDEX at j = 2, 3

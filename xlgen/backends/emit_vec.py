@@ -2,7 +2,8 @@
 reductions, docs/semantics.md §13.2).
 
 The iterations of a lanes loop (the elements of a reduction) are evaluated together: a
-value that differs per iteration is a numpy array, one that does not is a numpy scalar.
+value that differs per iteration is a numpy array, one that does not is a numpy scalar. A
+reduction in an iteration is evaluated over all iterations' elements at once (stmt_Reduce).
 Operators come from the table below, whose checked operations record errors in the
 `Lanes` object of xlgen/semantics/vec.py instead of raising. Conditional evaluation (`if`,
 `&&`, `||`, `?:`) narrows the iterations that count with a mask.
@@ -204,8 +205,15 @@ class VecEmitter:
 
     def stmt_For(self, s: ir.For, depth):
         pad = self._pad(depth)
-        return [f"{pad}for {names.py(s.var)} in range({s.start}, {s.stop}):",
-                *(self.block(s.body, depth + 1) or [f"{pad}    pass"])]
+        return [f"{pad}xl_L.loop_enter()", f"{pad}for {names.py(s.var)} in range({s.start}, {s.stop}):",
+                f"{pad}    if not xl_L.loop_next():", f"{pad}        break",
+                *self.block(s.body, depth + 1), f"{pad}xl_L.loop_exit()"]
+
+    def stmt_Break(self, s: ir.Break, depth):
+        return [f"{self._pad(depth)}xl_L.leave(True)"]
+
+    def stmt_Continue(self, s: ir.Continue, depth):
+        return [f"{self._pad(depth)}xl_L.leave(False)"]
 
     def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
         pad = self._pad(depth)
@@ -230,8 +238,7 @@ class VecEmitter:
 
     @classmethod
     def covers(cls, body) -> bool:
-        """Can numpy code run these statements? (Not a `break` or `continue` of a loop in an
-        iteration: each iteration leaves that loop at its own time.)"""
+        """Can numpy code run these statements?"""
         return all(hasattr(cls, "stmt_" + type(s).__name__) for s in ir.statements(body))
 
     # ---- the statement itself

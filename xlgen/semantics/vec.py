@@ -2,7 +2,8 @@
 
 A lanes loop's iterations (a reduction's elements) are evaluated together, one numpy
 array per value, rounding every f32 operation to binary32 as the scalar simulator does
-(numpy's float32 `+ - * /` and sqrt are correctly rounded and never fused). Runtime errors
+(numpy's float32 `+ - * /` and sqrt are correctly rounded and never fused); a reduction in
+an iteration, over the (iteration, element) pairs of all iterations (`Elements`). Runtime errors
 follow docs/semantics.md §13.2: each iteration stops at its first failing statement (which
 has no effect), the others go on, and the statement then fails with the error of the
 lowest failing index. The generated simulator star-imports this module; the C++ twin is
@@ -43,6 +44,7 @@ class Lanes:
         self.live = np.ones(n, dtype=bool)
         self.mask = self.live.copy()
         self.arms: list[np.ndarray] = []
+        self.loops: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]] = []
         self.code = np.zeros(n, dtype=np.int32)  # the current statement's first error, per iteration
         self.line = np.zeros(n, dtype=np.int32)
         self.fail_code = np.zeros(n, dtype=np.int32)
@@ -51,6 +53,8 @@ class Lanes:
     # ---- errors
     def check(self, bad, code: int, line: int) -> None:
         """Iterations where `bad` holds fail with `code` unless this statement failed already."""
+        if not np.any(bad):  # the usual case, cheaply
+            return
         new = self.mask & bad & (self.code == 0)
         if new.any():
             self.code[new] = code
@@ -84,6 +88,34 @@ class Lanes:
 
     def pop(self) -> None:
         self.mask = self.arms.pop()
+
+    # ---- `for` loops inside an iteration: each iteration leaves them (`break`) or skips to
+    # the next pass (`continue`) at its own time, so those are masks too
+    def loop_enter(self) -> None:
+        """Remember who runs the loop (the mask and enclosing arms) and who has broken out."""
+        self.loops.append((self.mask, list(self.arms), np.zeros(self.n, dtype=bool)))
+
+    def loop_next(self) -> bool:
+        """The start of a pass: every iteration that entered, has not failed and has not broken
+        out runs it (a `continue` lasts one pass). False when none does: the loop is over."""
+        mask, arms, broken = self.loops[-1]
+        self.mask = mask & self.live & ~broken
+        self.arms = [a & self.live for a in arms]
+        return bool(self.mask.any())
+
+    def loop_exit(self) -> None:
+        mask, arms, _ = self.loops.pop()
+        self.mask = mask & self.live
+        self.arms = [a & self.live for a in arms]
+
+    def leave(self, for_good: bool) -> None:
+        """`break` (for_good) or `continue` on the iterations running this statement: they skip
+        the rest of the pass, and with `break` the rest of the loop."""
+        stop = self.mask
+        if for_good:
+            self.loops[-1][2][stop] = True
+        self.mask = self.mask & ~stop
+        self.arms = [a & ~stop for a in self.arms]
 
 
 def v_store(L: Lanes, array: np.ndarray, index, value) -> None:
@@ -124,7 +156,10 @@ def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, *indices) 
 
 
 def v_idx(L: Lanes, i, n: int, line: int):
-    bad = (i < 0) | (i >= n) if np.asarray(i).dtype.kind == "i" else (i >= n)
+    i = np.asarray(i)
+    bad = (i < 0) | (i >= n) if i.dtype.kind == "i" else (i >= n)
+    if not bad.any():  # the usual case: no copy (an index in range keeps flat indices < 2^31)
+        return i
     L.check(bad, ERR_INDEX, line)
     return np.where(bad, 0, i).astype(np.int64)
 
@@ -135,7 +170,15 @@ def _divisor(L: Lanes, b, line: int):
     return np.where(bad, 1, b)
 
 
+def _positive_divisor(a, b) -> bool:
+    """The common case of a division's operands: a uniform divisor above zero and dividends
+    at or above zero, where truncation is numpy's floor division (nothing can fail)."""
+    return np.ndim(b) == 0 and b > 0 and np.asarray(a).min(initial=0) >= 0
+
+
 def v_div_i32(L: Lanes, a, b, line: int):
+    if _positive_divisor(a, b):
+        return np.asarray(a // I32(b), dtype=np.int32)
     b = _divisor(L, b, line).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     q = np.abs(a) // np.abs(b)
@@ -143,6 +186,8 @@ def v_div_i32(L: Lanes, a, b, line: int):
 
 
 def v_rem_i32(L: Lanes, a, b, line: int):
+    if _positive_divisor(a, b):
+        return np.asarray(a % I32(b), dtype=np.int32)
     b = _divisor(L, b, line).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     r = np.abs(a) % np.abs(b)
@@ -385,23 +430,27 @@ class Elements(Lanes):
         stop = np.broadcast_to(np.asarray(stop, dtype=np.int64), (outer.n,))
         self.length = np.where(outer.ok(), np.maximum(stop - start, 0), 0)
         self.first = np.cumsum(self.length) - self.length  # each iteration's first element
-        self.segment = np.repeat(np.arange(outer.n), self.length)  # each element's iteration
-        self.offset = np.arange(len(self.segment)) - self.first[self.segment]  # j - start
-        self._begin((start[self.segment] + self.offset).astype(np.int32))
+        # j = start + (element - first), in wrapping int32 arithmetic: j itself fits
+        shift = self.gather((start - self.first).astype(np.int32))
+        self._begin(np.arange(int(self.length.sum()), dtype=np.int32) + shift)
 
     def gather(self, value):
         """An iteration's value at each of its elements."""
-        return value[self.segment] if np.ndim(value) else value
+        return np.repeat(value, self.length) if np.ndim(value) else value
+
+    def iteration_of(self, elements: np.ndarray) -> np.ndarray:
+        """The iteration of each of these elements (positions, increasing)."""
+        return np.searchsorted(self.first + self.length, elements, side="right")
 
     def reduce(self, values, dtype, op: str) -> np.ndarray:
         """Each iteration's result. An iteration with a failing element fails with the
         error of its lowest one (in order, so the first per iteration) and stops there."""
         failed = np.flatnonzero(self.code)
         if failed.size:
-            segment = self.segment[failed]
-            lowest = failed[np.r_[True, segment[1:] != segment[:-1]]]
-            self.outer.code[self.segment[lowest]] = self.code[lowest]
-            self.outer.line[self.segment[lowest]] = self.line[lowest]
+            iteration = self.iteration_of(failed)
+            first_failure = np.r_[True, iteration[1:] != iteration[:-1]]
+            self.outer.code[iteration[first_failure]] = self.code[failed[first_failure]]
+            self.outer.line[iteration[first_failure]] = self.line[failed[first_failure]]
         v = np.asarray(np.broadcast_to(values, (self.n,)), dtype=dtype)
         return self._sum(v, dtype) if op == "sum" else self._best(v, dtype, op)
 
@@ -411,11 +460,19 @@ class Elements(Lanes):
             words = (totals[self.first + self.length] - totals[self.first]).astype(np.uint32)
             return words.view(np.int32) if dtype is np.int32 else words
         # sum_values per iteration: each padded with -0.0 (x + -0.0 == x) to whole rows of 32
-        rows = max(1, -(-int(self.length.max(initial=0)) // REDUCE_LANES))
+        longest = int(self.length.max(initial=0))
+        rows = max(1, -(-longest // REDUCE_LANES))
         table = np.full((self.outer.n, rows * REDUCE_LANES), -0.0, dtype=np.float32)
-        table[self.segment, self.offset] = v
-        with np.errstate(all="ignore"):
-            acc = np.add.accumulate(table.reshape(self.outer.n, rows, REDUCE_LANES), axis=1)[:, -1]
+        if self.n == self.outer.n * longest:  # every iteration has as many elements: a block copy
+            table[:, :longest] = v.reshape(self.outer.n, longest)
+        else:
+            elements = np.arange(self.n)
+            table[self.iteration_of(elements), elements - self.gather(self.first)] = v
+        table = table.reshape(self.outer.n, rows, REDUCE_LANES)
+        with np.errstate(all="ignore"):  # lane by lane, row after row, as sum_values
+            acc = F32(-0.0) + table[:, 0]  # from -0.0, as every backend starts (a signalling NaN quietens)
+            for row in range(1, rows):
+                acc = acc + table[:, row]
             for perm in _BUTTERFLY:
                 acc = acc + acc[:, perm]
         return acc[:, 0]
