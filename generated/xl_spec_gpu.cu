@@ -340,7 +340,13 @@ __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int3
     run_collective_kv_evict(reqs, sh, p, active, keep, n_active, round, sink, xc);
 }
 
-extern "C" __global__ void xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
+// A team of several warps is the whole block: bound the registers so that it can start.
+#if XL_TEAM_WARPS > 1
+#define XL_DETERMINISTIC_BOUNDS __launch_bounds__(XL_TEAM_THREADS)
+#else
+#define XL_DETERMINISTIC_BOUNDS
+#endif
+extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                                 XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
                                                 unsigned long long capacity, unsigned long long* count,
@@ -569,7 +575,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     }
 }
 
-extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/verify.xl:7
+extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/verify.xl:8
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);

@@ -164,11 +164,8 @@ struct Params {
 
 // One request's state (the request descriptor). Layout: xlgen/backends/layout.py.
 struct Request {
-    uint32_t seed;
     int32_t prompt_len;
     int32_t max_new_tokens;
-    int32_t profile;
-    float base_acceptance;
     int32_t priority;
     int32_t graft_source_id;
     int32_t state;
@@ -188,6 +185,9 @@ struct Request {
     int32_t total_accepted;
     int32_t iterations;
     int32_t last_commit_len;
+    uint32_t seed;
+    int32_t profile;
+    float base_acceptance;
     int32_t shared_prefix_len;
     int32_t kv_pages[256];
     int32_t kv_gens[256];
@@ -251,17 +251,17 @@ constexpr uint32_t XL_KIND_ERROR = 0xFFFFFFFFu;
 constexpr uint32_t XL_KIND_DONE = 0xFFFFFFFEu;
 constexpr uint32_t XL_NO_STAGE = 0xFFFFFFFFu;
 
-// stages/models.xl:10
+// stages/models.xl:20
 XL_DEVICE int32_t fn_prompt_last_token(XlErr& xl_caller, int32_t xl_key, const Params& p, uint32_t stream) {
     XlErr err = {0, 0, 0};
     {
-        const int32_t xl_v = (int32_t)(xl_rem(err, 1, 11, stream, (uint32_t)(p.vocab)));
+        const int32_t xl_v = (int32_t)(xl_rem(err, 1, 21, stream, (uint32_t)(p.vocab)));
         if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
 
-// stages/models.xl:15
+// stages/models.xl:25
 XL_DEVICE float fn_boosted(XlErr& xl_caller, int32_t xl_key, const Params& p, float base) {
     (void)xl_caller;
     (void)p;
@@ -269,7 +269,7 @@ XL_DEVICE float fn_boosted(XlErr& xl_caller, int32_t xl_key, const Params& p, fl
     return xl_fadd(base, xl_fmul(0.5f, xl_fsub(1.0f, base)));
 }
 
-// stages/models.xl:27
+// stages/models.xl:37
 XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t shape, float base, int32_t k, int32_t limit) {
     XlErr err = {0, 0, 0};
     [[maybe_unused]] float a = base;
@@ -286,7 +286,7 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
             a = xl_fmul(0.125f, base);
         }
     } else if (xl_eq(shape, Profile::BURSTY)) {
-        const bool xl_c1 = xl_eq(xl_rem(err, 2, 39, xl_div(err, 1, 39, k, xl_max(p.burst_len, 1)), 2), 0);
+        const bool xl_c1 = xl_eq(xl_rem(err, 2, 49, xl_div(err, 1, 49, k, xl_max(p.burst_len, 1)), 2), 0);
         if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
         if (xl_c1) {
             {
@@ -423,7 +423,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
     return err;
 }
 
-// stages/verify.xl:7: stage spec_verify
+// stages/verify.xl:8: stage spec_verify
 XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return xl_eq(r.state, ReqState::VERIFY_READY);
 }
@@ -435,11 +435,11 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         const int32_t xl_lo = 0;
         const int32_t xl_hi = xl_add(r.draft_len, 1);
         xl_lanes<false>(err, 1, xl_lo, xl_hi, [&](int32_t j, XlErr& err) {
-            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 14, xl_sub(j, 1), 128)]);
+            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 15, xl_sub(j, 1), 128)]);
             if (err.code) return;
             {
-                const int32_t xl_v = xl_b_target_token(err, 1, 15, r.seed, xl_add(pos, j), prev, p.vocab);
-                const int32_t xl_i = xl_idx(err, 2, 15, j, 129);
+                const int32_t xl_v = xl_b_target_token(err, 1, 16, r.seed, xl_add(pos, j), prev, p.vocab);
+                const int32_t xl_i = xl_idx(err, 2, 16, j, 129);
                 if (err.code) return;
                 XL_LANE_STORE(r.target_tokens[xl_i], xl_v);
             }
@@ -447,7 +447,7 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         if (err.code) return err;
     }
     {
-        const int32_t xl_v = xl_b_verify_prefix(err, 1, 17, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
+        const int32_t xl_v = xl_b_verify_prefix(err, 1, 18, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
         if (err.code) return err;
         XL_WARP_STORE(r.accepted_prefix_len, xl_v);
     }
@@ -1892,7 +1892,7 @@ XL_DEVICE bool run_stage_decode(Request& r, const Shared& sh, const Params& p, i
     return true;
 }
 
-// stages/verify.xl:7: run stage spec_verify for one request if its guard holds, and
+// stages/verify.xl:8: run stage spec_verify for one request if its guard holds, and
 // trace it. On the GPU all lanes of the request's warp call this; `writer`
 // (lane 0) writes the records. Returns false when the request failed (its
 // error record is written).

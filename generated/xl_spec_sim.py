@@ -74,7 +74,7 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'seed', 'prompt_len', 'max_new_tokens', 'profile', 'base_acceptance', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
@@ -84,7 +84,7 @@ class Shared:
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
-REQUEST_LAYOUT = [('seed', 'seed', 'u', 1, False), ('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
 SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 # (xl name, attribute, element word, dims) of each pool.
 POOLS = []
@@ -93,11 +93,8 @@ POOLS = []
 def init_request(req_id, p):
     r = Request()
     r.xl_id = req_id
-    r.seed = 1
     r.prompt_len = 32
     r.max_new_tokens = 128
-    r.profile = Profile.CONSTANT
-    r.base_acceptance = 0.800000011920929
     r.priority = 0
     r.graft_source_id = -1
     r.state = ReqState.PREFILL_READY
@@ -117,6 +114,9 @@ def init_request(req_id, p):
     r.total_accepted = 0
     r.iterations = 0
     r.last_commit_len = 0
+    r.seed = 1
+    r.profile = Profile.CONSTANT
+    r.base_acceptance = 0.800000011920929
     r.shared_prefix_len = 0
     r.kv_pages = [-1] * 256
     r.kv_gens = [0] * 256
@@ -169,29 +169,29 @@ def init_shared(p):
     return sh
 
 
-# stages/models.xl:10
+# stages/models.xl:20
 def fn_prompt_last_token(p, stream):
-    return wrap_i32(rem_u32(stream, (p.vocab & 0xFFFFFFFF)))  # @xl:11
+    return wrap_i32(rem_u32(stream, (p.vocab & 0xFFFFFFFF)))  # @xl:21
 
 
-# stages/models.xl:15
+# stages/models.xl:25
 def fn_boosted(p, base):
     return f32(base + f32(0.5 * f32(1.0 - base)))
 
 
-# stages/models.xl:27
+# stages/models.xl:37
 def fn_agreement(p, shape, base, k, limit):
     a = base
     if (shape == Profile.STRUCTURED):
         if (wrap_i32(4 * k) < limit):
-            a = fn_boosted(p, base)  # @xl:32
+            a = fn_boosted(p, base)  # @xl:42
         elif (wrap_i32(8 * k) < wrap_i32(7 * limit)):
             a = f32(0.5 * base)
         else:
             a = f32(0.125 * base)
     elif (shape == Profile.BURSTY):
-        if (rem_i32(div_i32(k, max_(p.burst_len, 1)), 2) == 0):  # @xl:39
-            a = fn_boosted(p, base)  # @xl:40
+        if (rem_i32(div_i32(k, max_(p.burst_len, 1)), 2) == 0):  # @xl:49
+            a = fn_boosted(p, base)  # @xl:50
         else:
             a = f32(0.25 * base)
     return clamp(a, 0.0, 1.0)
@@ -275,20 +275,20 @@ def stage_decode(r, sh, p):
     r.state = ReqState.VERIFY_READY
 
 
-# stages/verify.xl:7: stage spec_verify
+# stages/verify.xl:8: stage spec_verify
 def guard_spec_verify(r, sh, p):
     return (r.state == ReqState.VERIFY_READY)
 
 
 def stage_spec_verify(r, sh, p):
     pos = wrap_i32(r.prompt_len + r.n_out)
-    xl_lo, xl_hi = 0, wrap_i32(r.draft_len + 1)  # @xl:13
+    xl_lo, xl_hi = 0, wrap_i32(r.draft_len + 1)  # @xl:14
     if use_scalar(xl_hi - xl_lo):
         xl_first = None
         for j in range(xl_lo, xl_hi):
             try:
-                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:14
-                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:15
+                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:15
+                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:16
             except XlRuntimeError as xl_e:
                 xl_first = xl_first or xl_e
         if xl_first is not None:
@@ -299,17 +299,17 @@ def stage_spec_verify(r, sh, p):
         xl_a_target_tokens = np.array(r.target_tokens, dtype=I32)
         with np.errstate(all='ignore'):
             j = xl_L.index
-            prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 14)])
+            prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 15)])
             xl_L.end()
-            xl_v = vb_target_token(xl_L, 15, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
-            v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 15), xl_v)
+            xl_v = vb_target_token(xl_L, 16, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
+            v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 16), xl_v)
             xl_L.end()
         r.target_tokens[:] = xl_a_target_tokens.tolist()
-        xl_L.raise_first()  # @xl:13
-    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:17
-    xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:18
-    r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:19
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
+        xl_L.raise_first()  # @xl:14
+    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:18
+    xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:19
+    r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:20
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:21
     r.state = ReqState.COMMIT_READY
 
 
@@ -640,7 +640,7 @@ def is_done(r, sh, p):
 STAGES = [
     ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill, 'stage', 10),
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
-    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 7),
+    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 8),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
     ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 320),

@@ -17,8 +17,9 @@ import numpy as np
 from ..backends.layout import collective_frame_words, dtype_from_layout
 from ..backends.names import py
 from ..core.resources import runtime_dir
+from ..semantics.ops import POOL_DTYPES
 from .cpu import params_array
-from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
+from .sim import LaunchConfig, RunResult, make_params, make_requests, pool_table, to_array
 
 THREADS_PER_BLOCK = 128  # 4 warps: 4 requests in flight per block
 _MODULES: dict[str, object] = {}
@@ -114,7 +115,8 @@ def compile_module(compiled, team_warps: int = 1) -> CompiledModule:
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps)
+    mode = request_mode(request_bytes(compiled), team_warps)
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode)
     source = single_source(compiled)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
@@ -131,8 +133,11 @@ def compile_module(compiled, team_warps: int = 1) -> CompiledModule:
 
 # Where a warp's stages keep its request (kernel.cuh.j2, XL_REQUEST_IN_SHARED): 0 global
 # memory; 1 a shared-memory copy, copied back every round; 2 a shared-memory copy with
-# every store written through. 1 measured fastest (A/B in docs/gpu.md).
+# every store written through. 1 measured fastest (A/B in docs/gpu.md) for requests of a
+# few KB; a block's copies beyond REQUEST_SHARED_MAX stay in global memory (0): the real
+# pair's 200 KB of scratch would not fit, or would be copied twice a round for nothing.
 REQUEST_IN_SHARED = 1
+REQUEST_SHARED_MAX = 48 * 1024
 
 
 def experiment_options() -> tuple[str, ...]:
@@ -140,17 +145,23 @@ def experiment_options() -> tuple[str, ...]:
     return tuple(os.environ.get("XLGEN_NVRTC_OPTIONS", "").split())
 
 
-def request_mode() -> int:
+def request_bytes(compiled) -> int:
+    return dtype_from_layout(compiled.sim_module().REQUEST_LAYOUT).itemsize
+
+
+def request_mode(request_bytes: int = 0, team_warps: int = 1) -> int:
+    """XL_REQUEST_IN_SHARED as XLGEN_NVRTC_OPTIONS sets it, else by the block's copies' size."""
     for option in experiment_options():
         if option.startswith("-DXL_REQUEST_IN_SHARED="):
             return int(option.split("=", 1)[1])
-    return REQUEST_IN_SHARED
+    teams = THREADS_PER_BLOCK // 32 if team_warps == 1 else 1
+    return REQUEST_IN_SHARED if teams * request_bytes <= REQUEST_SHARED_MAX else 0
 
 
-def kernel_options(team_warps: int = 1) -> tuple[str, ...]:
+def kernel_options(team_warps: int = 1, mode: int = REQUEST_IN_SHARED) -> tuple[str, ...]:
     extra = experiment_options()
     if not any(o.startswith("-DXL_REQUEST_IN_SHARED=") for o in extra):
-        extra = (f"-DXL_REQUEST_IN_SHARED={REQUEST_IN_SHARED}",) + extra
+        extra = (f"-DXL_REQUEST_IN_SHARED={mode}",) + extra
     if team_warps > 1:
         extra += (f"-DXL_TEAM_WARPS={team_warps}",)
     return extra
@@ -171,7 +182,7 @@ def request_shared_bytes(request_bytes: int, team_warps: int = 1) -> int:
     """Dynamic shared memory per block: a request slot per team (a warp, or with teams of
     several warps the block), unless requests stay in global memory."""
     teams = THREADS_PER_BLOCK // 32 if team_warps == 1 else 1
-    return teams * request_bytes if request_mode() else 0
+    return teams * request_bytes if request_mode(request_bytes, team_warps) else 0
 
 
 def _set_dynamic_shared(function, nbytes: int) -> None:
@@ -270,14 +281,14 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_dtype = dtype_from_layout(module.SHARED_LAYOUT)
     reqs_host = to_array(make_requests(module, p, inputs), module.REQUEST_LAYOUT, req_dtype)
     shared_host = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
-    packed = params_array(module, p, device_tensors(cupy, module, p))
+    tensors = device_tensors(cupy, module, p)
 
     team = team_warps if team_warps is not None else team_warps_default()
     if team not in TEAM_WARPS:
         raise ValueError(f"team_warps = {team!r}: give one of {', '.join(map(str, TEAM_WARPS))}")
     if team > 1 and mode != "deterministic":
         raise ValueError(f"a team of {team} warps per request runs in deterministic mode only, not '{mode}'")
-    if team > 1 and request_mode() == 2:
+    if team > 1 and request_mode(req_dtype.itemsize, team) == 2:
         raise ValueError("a team of several warps needs XL_REQUEST_IN_SHARED 0 or 1, not 2")
     cu = compile_module(compiled, team)
     persistent = mode in ("deterministic", "fast")
@@ -302,6 +313,9 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 words = collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode, overflow)
+                pools = {name: cupy.zeros(dims, dtype=POOL_DTYPES[word])  # zero at every launch and retry
+                         for name, _attr, word, dims in pool_table(module)}
+                packed = params_array(module, p, tensors, {name: a.data.ptr for name, a in pools.items()})
                 d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32,
                              words, overflow)
                 stream.synchronize()
@@ -323,13 +337,14 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         order = np.argsort(table[:, 0], kind="stable")
         reqs_out = d.reqs.get().view(req_dtype).reshape(n)
         shared_out = d.shared.get().view(shared_dtype).reshape(1)
+        pools_out = {name: a.get(stream=stream) for name, a in pools.items()}
         rounds = int(ctl.view(np.int32)[4])
         timing.barriers = int(ctl[10]) | (int(ctl[11]) << 32)
         stamps = d.round_end_ns[: min(rounds + 1, d.round_cap)].get()
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
-                       backend=f"gpu-{mode}")
+                       backend=f"gpu-{mode}", pools=pools_out)
     result.extra["timing"] = timing
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
