@@ -17,8 +17,9 @@ import numpy as np
 from ..backends.layout import collective_frame_words, dtype_from_layout
 from ..backends.names import py
 from ..core.resources import runtime_dir
+from ..semantics.ops import POOL_DTYPES
 from .cpu import params_array
-from .sim import LaunchConfig, RunResult, make_params, make_requests, to_array
+from .sim import LaunchConfig, RunResult, make_params, make_requests, pool_table, to_array
 
 THREADS_PER_BLOCK = 128  # 4 warps: 4 requests in flight per block
 _MODULES: dict[str, object] = {}
@@ -270,7 +271,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     shared_dtype = dtype_from_layout(module.SHARED_LAYOUT)
     reqs_host = to_array(make_requests(module, p, inputs), module.REQUEST_LAYOUT, req_dtype)
     shared_host = to_array([module.init_shared(p)], module.SHARED_LAYOUT, shared_dtype)
-    packed = params_array(module, p, device_tensors(cupy, module, p))
+    tensors = device_tensors(cupy, module, p)
 
     team = team_warps if team_warps is not None else team_warps_default()
     if team not in TEAM_WARPS:
@@ -302,6 +303,9 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 words = collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode, overflow)
+                pools = {name: cupy.zeros(dims, dtype=POOL_DTYPES[word])  # zero at every launch and retry
+                         for name, _attr, word, dims in pool_table(module)}
+                packed = params_array(module, p, tensors, {name: a.data.ptr for name, a in pools.items()})
                 d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32,
                              words, overflow)
                 stream.synchronize()
@@ -323,13 +327,14 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         order = np.argsort(table[:, 0], kind="stable")
         reqs_out = d.reqs.get().view(req_dtype).reshape(n)
         shared_out = d.shared.get().view(shared_dtype).reshape(1)
+        pools_out = {name: a.get(stream=stream) for name, a in pools.items()}
         rounds = int(ctl.view(np.int32)[4])
         timing.barriers = int(ctl[10]) | (int(ctl[11]) << 32)
         stamps = d.round_end_ns[: min(rounds + 1, d.round_cap)].get()
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
-                       backend=f"gpu-{mode}")
+                       backend=f"gpu-{mode}", pools=pools_out)
     result.extra["timing"] = timing
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
