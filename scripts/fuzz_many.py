@@ -4,7 +4,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
     BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
 
-Progress every 500 programs on stdout; result.json lists every failing seed with what failed.
+Progress every 500 programs on stdout; result.json lists every failing seed with what failed, and
+how many of the programs declared pools (about half do: docs/semantics.md §13.3).
 Reproduce one: `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`.
 """
 
@@ -19,32 +20,36 @@ from multiprocessing import Pool
 
 
 def one(seed: int):
-    """(seed, None) when the simulator and the CPU build agree on every launch; else what failed."""
+    """(seed, None, has pools) when the simulator and the CPU build agree on every launch; else
+    (seed, what failed, has pools)."""
     from xlgen.tools.fuzzgen import generate, run_case
 
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache
+    case = generate(seed)
+    pools = " owned by " in case.source
     try:
-        problems = run_case(generate(seed), backends=os.environ.get("BACKENDS", "cpu").split(","))
-        return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None
+        problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","))
+        return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools
     except Exception:
-        return seed, "error: " + traceback.format_exc()[-3000:]
+        return seed, "error: " + traceback.format_exc()[-3000:], pools
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def main() -> None:
     first, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    started, done, failures = time.time(), 0, []
+    started, done, with_pools, failures = time.time(), 0, 0, []
     with Pool(int(os.environ.get("JOBS", os.cpu_count() or 1))) as pool:
-        for seed, problem in pool.imap_unordered(one, range(first, first + count), chunksize=4):
+        for seed, problem, pools in pool.imap_unordered(one, range(first, first + count), chunksize=4):
             done += 1
+            with_pools += pools
             if problem:
                 failures.append({"seed": seed, "problem": problem})
             if done % 500 == 0 or done == count:
                 with open(out, "w") as f:
-                    json.dump({"first": first, "count": count, "done": done, "failures": failures,
-                               "seconds": round(time.time() - started, 1)}, f, indent=1)
+                    json.dump({"first": first, "count": count, "done": done, "with_pools": with_pools,
+                               "failures": failures, "seconds": round(time.time() - started, 1)}, f, indent=1)
                 print(f"{done} programs, {len(failures)} failing, {time.time() - started:.0f} s", flush=True)
 
 

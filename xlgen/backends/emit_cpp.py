@@ -87,7 +87,7 @@ class CppEmitter:
         for index, dim, checked in zip(e.indices, e.pool.dims, e.checked):
             code = self.expr(index)
             codes.append(f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})")
-        owner = self.expr(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, None)))
+        owner = self.expr(self.program.pool_owner(e.pool))
         flat = f"xl_pool_page({self._sink()}, {owner}, req_id, {codes[0]})"
         for code, dim in zip(codes[1:], e.pool.dims[1:]):
             flat = f"({flat}) * {dim} + {code}"

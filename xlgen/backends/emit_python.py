@@ -61,7 +61,7 @@ class PyEmitter:
 
     def _pool_args(self, e) -> str:
         """A pool access's arguments to ops.pool_read / pool_write, but its indices."""
-        owner = self.expr(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, None)))
+        owner = self.expr(self.program.pool_owner(e.pool))
         return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}"
 
     def _pool_indices(self, e) -> str:

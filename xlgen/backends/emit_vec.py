@@ -119,7 +119,7 @@ class VecEmitter:
         shared array itself: iterations write disjoint elements, so in place), a working copy
         of the owner, the request id, the dims, the line, then each index, checked as it is
         evaluated (left to right)."""
-        owner = self._array(ir.Var(ir.SHARED, e.pool.owner, ir.ArrayType(ir.I32, e.pool.dims[0])))
+        owner = self._array(self.scalar.program.pool_owner(e.pool))
         req = self.expr(ir.Var(ir.REQ_ID, "req_id", ir.I32))
         indices = [self._index(i, d, c) for i, d, c in zip(e.indices, e.pool.dims, e.checked)]
         return f"sh.{names.py(e.pool.name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {', '.join(indices)}"

@@ -591,6 +591,11 @@ class Program:
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
 
+    def pool_owner(self, pool: Pool) -> Var:
+        """The shared i32 array a pool's owner check reads."""
+        f = next(f for f in self.shared_fields if f.name == pool.owner)
+        return Var(SHARED, f.name, f.type)
+
     @property
     def per_request_stages(self) -> tuple[Stage, ...]:
         return tuple(s for s in self.stages if not s.in_phase2)

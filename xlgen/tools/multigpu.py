@@ -136,8 +136,9 @@ def merge(program, shards: list[Shard], results: list[RunResult], backend: str) 
     records = np.concatenate(parts) if parts else np.zeros((0, REC_HEADER), np.uint32)
     records = records[np.argsort(records[:, 0], kind="stable")]
     shared = np.concatenate([r.shared for _s, r in used])
+    pools = {name: np.stack([r.pools[name] for _s, r in used]) for name in used[0][1].pools}  # one per shard, as shared
     merged = RunResult(records=records, requests=requests, shared=shared,
-                       rounds=max(r.rounds for _s, r in used), backend=f"{backend}x{len(shards)}")
+                       rounds=max(r.rounds for _s, r in used), backend=f"{backend}x{len(shards)}", pools=pools)
     merged.extra["shards"] = [r.extra for _s, r in used]
     return merged
 

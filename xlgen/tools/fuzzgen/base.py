@@ -30,6 +30,8 @@ class Generator(ExpressionGen, StatementGen, ProgramGen):
         self.shared: list[Sym] = []
         self.helpers: list[Helper] = []
         self.tensors: list[tuple[str, tuple[int, ...]]] = []
+        self.pools: list = []  # model.Pool
+        self.owner = ""  # the shared i32 array owning the pools' pages
         self.count_field = ""
         self.lines: list[str] = []
         self.derived: list[str] = []  # names of generated-code functions of this program (fn_h1, stage_s2, ...)

@@ -1,5 +1,5 @@
-"""Expressions and literals of every type: leaves (names, array and
-tensor elements, literals), operators, casts, intrinsics, builtin and helper calls, the
+"""Expressions and literals of every type: leaves (names, array,
+tensor and pool elements, literals), operators, casts, intrinsics, builtin and helper calls, the
 error-prone forms (raw indexes, shift amounts, divisors) as often as the program's risk."""
 
 from __future__ import annotations
@@ -79,8 +79,12 @@ class ExpressionGen:
             options.append("req_id")
         if t == "f32" and self.tensors and ctx.kind != "init":
             options += ["tensor"] * 2
+        if self.pools_of(ctx, t):
+            options += ["pool"] * 2
         options += ["lit"] * 2
         choice = self.pick(options)
+        if choice == "pool":
+            return E(self.pool_read(ctx, self.pick(self.pools_of(ctx, t))))
         if choice == "tensor":
             name, dims = self.pick(self.tensors)
             indices = [self.index(ctx, Arr("f32", d, str(d))).text for d in dims]
@@ -94,6 +98,35 @@ class ExpressionGen:
         if choice == "req_id":
             return E("req_id")
         return self.literal(t)
+
+    def pools_of(self, ctx: Ctx, t) -> list:
+        """Pools of element type t this code may read: per-request stages only."""
+        return [p for p in self.pools if p.elem == t] if ctx.kind == "stage" else []
+
+    def page_index(self, ctx: Ctx, pages: int) -> str:
+        """A page: mostly the one the page manager grants this request first, else any index."""
+        if self.chance(0.65):
+            return f"(req_id % {pages})"
+        return self.index(ctx, Arr("i32", pages, str(pages))).text
+
+    def pool_indices(self, ctx: Ctx, pool, at: dict | None = None) -> tuple[str, ...]:
+        """Indices of a pool element; in a lanes loop, a pool the iterations write is read only
+        where each writes it (the checker's rule). `at`: fixed indices by dimension."""
+        if ctx.lanes is not None and pool.name in ctx.lanes:
+            return ctx.lanes[pool.name]
+        at = at or {}
+        indices = [at.get(0) or self.page_index(ctx, pool.dims[0])]
+        indices += [at.get(k) or self.index(ctx, Arr("i32", d, str(d))).text for k, d in enumerate(pool.dims) if k]
+        return tuple(indices)
+
+    def pool_read(self, ctx: Ctx, pool, at: dict | None = None) -> str:
+        """A pool element, mostly read only where the request owns the page (`?:` evaluates one
+        branch), sometimes whatever the owner: NOT_OWNER now and then."""
+        indices = self.pool_indices(ctx, pool, at)
+        element = f"{pool.name}[{', '.join(indices)}]"
+        if self.chance(0.85):
+            return f"({self.owner}[{indices[0]}] == req_id ? {element} : {self.literal(pool.elem).text})"
+        return element
 
     def elem_index(self, ctx: Ctx, a: Sym) -> str:
         """An index of array `a`; in a lanes loop, an array the iterations write is read only

@@ -62,13 +62,19 @@ NASTY_NAMES = [
 ]
 
 
+# More, drawn only by programs with pools (so the programs of seeds without pools stay as they were):
+# the simulator's pool helpers and table, the C++ pool store macros.
+POOL_NASTY_NAMES = ["pool_read", "pool_write", "new_pool", "pool_element", "POOLS", "v_pool_get", "v_pool_set",
+                    "XL_POOL_STORE", "XL_POOL_ITER_STORE"]
+
+
 # Never usable as xl names: the grammar's keywords, the checker's reserved names, the prelude's builtins.
 _NOT_NAMES = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn", "stage",
     "arbiter", "trace", "done", "when", "let", "if", "elif", "else", "for", "in", "break", "continue", "return",
     "has", "true", "false", "as", "req_id", "min", "max", "abs", "clamp", "sqrt", "i32", "u32", "f32", "bool",
     "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor", "exp", "log", "tanh", "rsqrt",
-    "sigmoid",
+    "sigmoid", "pool", "owned", "by", "collective", "output", "progress", "metric", "companion",
 }
 
 
@@ -110,6 +116,16 @@ class Sym:
 
 
 @dataclass
+class Pool:
+    """A pool (docs/language.md, Pools): dims[0] pages, page p owned by request owner[p]."""
+
+    name: str
+    elem: str  # i32, u32 or f32
+    dims: tuple[int, ...]
+    owner: str
+
+
+@dataclass
 class Helper:
     name: str
     params: list[Sym]
@@ -126,7 +142,8 @@ class Ctx:
     dead: list[str] = field(default_factory=list)  # names of closed scopes, free for reuse
     ret: str | None = None  # a helper's return type
     depth_left: int = 6  # nesting budget shared by everything generated in this context
-    lanes: dict | None = None  # in a lanes loop body: array -> the one index its iterations use
+    # in a lanes loop body: array -> the one index its iterations use; pool -> its index tuple (text)
+    lanes: dict | None = None
     lane_scope: int = 0  # in a lanes loop body: the first scope that belongs to the body
     reduction: bool = False  # in a reduction's element expression
 

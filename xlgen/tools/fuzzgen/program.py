@@ -1,11 +1,12 @@
-"""Whole programs: declarations (consts, enums, flag sets, params, tensors,
-request and shared fields), helpers, stages of every kind, traces, `done when`; and the
-launches (params, tensor values, inputs, settings)."""
+"""Whole programs: declarations (consts, enums, flag sets, params, tensors, pools,
+request and shared fields), helpers, stages of every kind (a pool's page manager among
+them), traces, `done when`; and the launches (params, tensor values, inputs, settings)."""
 
 from __future__ import annotations
 import math
+import random
 from ...core.ir import COLLECTIVE_OPS
-from .model import Arr, Ctx, E, F32_INPUTS, Helper, I32_EDGES, INT_MAX, INT_MIN, Launch, SCALARS, Sym, U32_EDGES, struct_f32
+from .model import Arr, Ctx, E, F32_INPUTS, Helper, I32_EDGES, INT_MAX, INT_MIN, Launch, POOL_NASTY_NAMES, Pool, SCALARS, Sym, U32_EDGES, struct_f32
 
 
 class ProgramGen:
@@ -51,6 +52,7 @@ class ProgramGen:
             dims = tuple(self.pick([1, 2, 3, 4, 5, 8]) for _ in range(self.rng.randrange(1, 4)))
             self.tensors.append((name, dims))
             L.append(f"tensor {name}: f32[{', '.join(str(d) for d in dims)}]")
+        owner_line = self.declare_pools()
         L.append("")
         # request fields: the round counter, then at least one scalar of every type and a few arrays
         self.count_field = self.fresh("count")
@@ -73,8 +75,57 @@ class ProgramGen:
         L.append("shared {")
         for f in shared:
             L.append(f"    {f.name}: {self.type_text(f.type)}{self.field_init(f.type)}")
+        if owner_line:  # not among self.shared: only the page manager writes it
+            L.append(owner_line)
         L.append("}")
         self.shared = shared
+
+    def declare_pools(self) -> str | None:
+        """Pools (in half the programs), all owned by one shared i32 array: their declarations,
+        and the owner's line for the shared block."""
+        # decided apart from the main stream: a seed without pools writes the program it wrote
+        # before pools existed (the seeds docs and tests name still mean the same programs)
+        if random.Random(f"pools {self.seed}").random() >= 0.5:
+            return None
+        self.derived = self.derived + POOL_NASTY_NAMES
+        pages = self.pick([1, 2, 3, 4, 6])
+        self.owner = self.fresh("own")
+        for _ in range(self.rng.randrange(1, 3)):
+            name = self.fresh("pl")
+            dims = (pages,) + tuple(self.pick([1, 2, 3, 4, 8, 40]) for _ in range(self.rng.randrange(0, 3)))
+            pool = Pool(name, self.pick(["f32", "f32", "i32", "u32"]), dims, self.owner)
+            self.pools.append(pool)
+            self.lines.append(f"pool {name}: {pool.elem}[{', '.join(map(str, dims))}] owned by {self.owner}")
+        length = pages + self.pick([0, 0, 0, 1, 3])
+        init = self.pick([" = -1", " = -1", " = -1", "", " = 1"])  # without: request 0 owns every page
+        return f"    {self.owner}: i32[{length}]{init}"
+
+    def page_manager(self, name: str) -> list[str]:
+        """An arbiter granting free pages to the requests (their 'own' page req_id % PAGES, or
+        another now and then), freeing them, and sometimes taking one from its owner, whose next
+        access then fails with NOT_OWNER. Freed and re-granted pages keep what was written."""
+        pages, own, count = self.pools[0].dims[0], self.owner, self.count_field
+        ctx = Ctx("arbiter")
+        self.push(ctx)
+        k = self.new_local(ctx, "k")
+        free = self.pick([1, 3, 7])
+        guard = f" when {self.expr(Ctx('guard', depth_left=3), 'bool', 1).text}" if self.chance(0.3) else ""
+        lines = [f"arbiter {name}{guard} {{",
+                 f"    for {k} in 0..{pages} {{",
+                 f"        if {own}[{k}] < 0 && ({k} == req_id % {pages} || ((req_id * 7 + {k} * 3 + {count}) & 3) == 0) {{",
+                 f"            {own}[{k}] = req_id",
+                 f"        }} elif {own}[{k}] == req_id && ((req_id + {k} * 5 + {count}) & {free}) == 1 {{",
+                 f"            {own}[{k}] = -1",
+                 "        }",
+                 "    }"]
+        if self.chance(0.3):  # take a page, whoever owns it (an index that may be out of range)
+            page = f"(req_id + {count}) % {pages}" if self.risky() else f"clamp({count} % {pages}, 0, {pages - 1})"
+            lines.append(f"    if (({count} + req_id) & 3) == 2 {{")
+            lines.append(f"        {own}[{page}] = req_id")
+            lines.append("    }")
+        lines += self.block(ctx, self.rng.randrange(0, 3), 1, 1)
+        self.pop(ctx)
+        return lines + ["}"]
 
     def array_type(self, elem: str) -> Arr:
         lens = [c for c in self.consts if getattr(c, "length_const", False)]
@@ -163,13 +214,17 @@ class ProgramGen:
         self.derived = [f"fn_{h}" for h in helper_names] + [f"{prefix}_{s}" for s in stages
                                                             for prefix in ("stage", "guard", "trace")]
         self.declare()
+        if self.pools:  # their page manager, an arbiter
+            at = self.rng.randrange(1, len(kinds) + 1)
+            kinds.insert(at, "pages")
+            stages.insert(at, self.fresh("pages"))
         L = self.lines
         for i, name in enumerate(helper_names):
             L.append("")
             L += self.helper(i, name)
         for i, (kind, name) in enumerate(zip(kinds, stages)):
             L.append("")
-            L += self.stage(name, kind, first=(i == 0))
+            L += self.page_manager(name) if kind == "pages" else self.stage(name, kind, first=(i == 0))
         L.append("")
         names = [f.name for f in self.fields]
         for name in stages:

@@ -1,8 +1,8 @@
-"""Statements: lets, assignments, if, loops, calls; lanes loops and
+"""Statements: lets, assignments, if, loops, calls, pool writes; lanes loops and
 reductions (docs/semantics.md §13.2) with the checker's rules kept by construction."""
 
 from __future__ import annotations
-from .model import Arr, Ctx, E, Sym
+from .model import Arr, Ctx, E, Pool, Sym
 
 
 class StatementGen:
@@ -56,6 +56,10 @@ class StatementGen:
             if ctx.lanes is not None:  # a reduction in an iteration: the warp runs such iterations in turn
                 return self.reduction(ctx, ind)
             return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction(ctx, ind)
+        if ctx.kind == "stage" and self.pools and self.chance(0.25):
+            lines = self.pool_write(ctx, ind, d)
+            if lines:
+                return lines
         r = self.rng.random()
         if depth <= 0:
             r = self.rng.random() * 0.55
@@ -152,6 +156,39 @@ class StatementGen:
             call = E(f"hash_u32({a.text})")
         return [f"{pad}{call.text}"]
 
+    def pool_write(self, ctx: Ctx, ind: int, d: int) -> list[str]:
+        """`pool[page, ...] = e`, often under `if OWNER[page] == req_id` (then only an index can
+        fail); in a lanes loop, only a pool the loop writes, where its iteration writes it."""
+        if ctx.lanes is not None:
+            written = [p for p in self.pools if p.name in ctx.lanes]
+            if not written:
+                return []
+            pool = self.pick(written)
+            return self.pool_store(ctx, pool, ctx.lanes[pool.name], self.expr(ctx, pool.elem, d), ind)
+        pool = self.pick(self.pools)
+        return self.pool_store(ctx, pool, self.pool_indices(ctx, pool), self.expr(ctx, pool.elem, d), ind)
+
+    def pool_store(self, ctx: Ctx, pool: Pool, indices: tuple, value: E, ind: int) -> list[str]:
+        """The store, mostly under `if OWNER[page] == req_id` (then only an index can fail:
+        NOT_OWNER comes now and then, not in every request's first round)."""
+        pad = "    " * ind
+        line = f"{pool.name}[{', '.join(indices)}] = {value.text}"
+        if self.chance(0.85):
+            return [f"{pad}if {self.owner}[{indices[0]}] == req_id {{", f"{pad}    {line}", f"{pad}}}"]
+        return [pad + line]
+
+    def invariant_index(self, ctx: Ctx, n: int) -> str:
+        """An index the same in every iteration of the lanes loop about to open (made from
+        what is visible outside it, and reading no array: the loop may write it)."""
+        named = [s.name for s in self.scalars_of(ctx, "i32")]
+        r = self.rng.random()
+        if r < 0.35 or not named:
+            return str(self.rng.randrange(n))
+        if r < 0.7:
+            return f"(req_id % {n})"
+        name = self.pick(named)
+        return name if self.risky() else f"clamp({name}, 0, {n - 1})"
+
     def lane_range(self, ctx: Ctx, length: int) -> tuple[str, str, tuple[int, int]]:
         """Bounds of a lanes loop or reduction: mostly the array's length, sometimes past
         it (iterations fail), empty, longer than a warp, or computed at run time."""
@@ -167,14 +204,24 @@ class StatementGen:
         pad = "    " * ind
         arrays = [f for f in self.fields if isinstance(f.type, Arr)]
         written = self.rng.sample(arrays, self.rng.randrange(0, min(2, len(arrays)) + 1)) if arrays else []
-        length = min([a.type.length for a in written] or [self.pick([4, 8, 40])])
+        pools = []  # (pool, the dimension indexed in the lanes form: the last, or any, the page's too)
+        if self.pools and self.chance(0.5):
+            pools = [(p, self.rng.randrange(len(p.dims)) if self.chance(0.3) else len(p.dims) - 1)
+                     for p in self.rng.sample(self.pools, self.rng.randrange(1, len(self.pools) + 1))]
+        lengths = [a.type.length for a in written] + [p.dims[k] for p, k in pools]
+        length = min(lengths or [self.pick([4, 8, 40])])
         lo, hi, rng = self.lane_range(ctx, length)
         var = self.new_local(ctx, "i")
-        offsets = {}
-        for a in written:  # `i`, `i + k`, `i - k`, `c * i + k` with c odd, k the same for every iteration
+
+        def lane_index() -> str:  # `i`, `i + k`, `i - k`, `c * i + k` with c odd, k the same for every iteration
             k = self.pick(["0", "1", "(-1)"] + [s.name for s in self.scalars_of(ctx, "i32")][:3])
             form = self.pick(["{v}", "{v}", "{v} + {k}", "{k} + {v}", "{v} - {k}", "3 * {v} + {k}", "{v} * (-1) + {k}"])
-            offsets[a.name] = "(" + form.format(v=var, k=k) + ")"
+            return "(" + form.format(v=var, k=k) + ")"
+
+        offsets = {a.name: lane_index() for a in written}
+        for pool, lane_dim in pools:  # one index of the lanes form, the others the same in every iteration
+            offsets[pool.name] = tuple(lane_index() if k == lane_dim else self.invariant_index(ctx, d)
+                                       for k, d in enumerate(pool.dims))
         saved = (ctx.lanes, ctx.lane_scope)
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
@@ -183,6 +230,8 @@ class StatementGen:
         for a in written:  # every written array gets at least one store
             value = self.expr(ctx, a.type.elem, 2)
             body.append(f"{pad}    {a.name}[{offsets[a.name]}] = {value.text}")
+        for pool, _ in pools:  # and every written pool
+            body += self.pool_store(ctx, pool, offsets[pool.name], self.expr(ctx, pool.elem, 2), ind + 1)
         ctx.loops -= 1
         ctx.lanes, ctx.lane_scope = saved
         self.pop(ctx)
@@ -191,11 +240,19 @@ class StatementGen:
     def reduction(self, ctx: Ctx, ind: int) -> list[str]:
         op = self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
         t = self.pick(["f32", "f32", "i32", "u32"])
-        lo, hi, rng = self.lane_range(ctx, self.pick([3, 8, 32, 40]))
+        # over a row of a pool, now and then (not one the enclosing lanes loop writes: read where written)
+        rows = [p for p in self.pools if len(p.dims) > 1 and not (ctx.lanes and p.name in ctx.lanes)]
+        row = self.pick(rows) if rows and self.chance(0.4) else None
+        if row is not None:
+            t = row.elem
+        lo, hi, rng = self.lane_range(ctx, row.dims[-1] if row else self.pick([3, 8, 32, 40]))
         var = self.new_local(ctx, "j")
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.reduction = True
         value = self.expr(ctx, t, self.rng.randrange(1, 4))
+        if row is not None:
+            element = self.pool_read(ctx, row, {len(row.dims) - 1: var})
+            value = E(f"{element} * {value.text}" if t != "u32" or self.chance(0.5) else element)
         ctx.reduction = False
         self.pop(ctx)
         name = self.new_local(ctx, "red")
