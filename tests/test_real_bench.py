@@ -77,7 +77,7 @@ def test_request_mode_replaces_only_its_option(monkeypatch):
 def test_variants():
     names = [v for v, _ in rb.mega_variants(rp.load_binding(), [2, 8])]
     assert names == ["mega plain", "mega ASBS", "mega B=2", "mega B=8"]
-    assert dict(rb.mega_variants(rp.load_binding(), [2]))["mega B=2"] == {"eos_token": -1, "speculate": True,
+    assert dict(rb.mega_variants(rp.load_binding(), [2]))["mega B=2"] == {"eos_token": -1, "pool_pages": 512, "speculate": True,
                                                                           "fixed_block": 2}
 
 

@@ -75,9 +75,9 @@ def test_the_binding_names_byte_specs_interface():
     assert b.pipeline_path().name == "byte_spec.xl" and b.pipeline_path().parent.name == "stages"
     assert (b.tokens, b.length, b.new_tokens, b.positions, b.headroom) == ("seq", "prompt_len", "max_new_tokens",
                                                                            512, 8)
-    assert b.params("plain") == {"eos_token": -1, "speculate": False}
-    assert b.params("speculative") == {"eos_token": -1, "speculate": True, "fixed_block": 0}
-    assert b.params("fixed", 4) == {"eos_token": -1, "speculate": True, "fixed_block": 4}
+    assert b.params("plain") == {"eos_token": -1, "pool_pages": 512, "speculate": False}
+    assert b.params("speculative") == {"eos_token": -1, "pool_pages": 512, "speculate": True, "fixed_block": 0}
+    assert b.params("fixed", 4) == {"eos_token": -1, "pool_pages": 512, "speculate": True, "fixed_block": 4}
     with pytest.raises(ValueError):
         b.params("fixed", 0)
     assert (b.verify_stage, b.accepted, b.block) == ("spec_verify", "accepted_prefix_len", "current_block_size")
@@ -123,7 +123,7 @@ def fake():
 def test_launch_params_bind_declared_tensors_and_no_eos():
     module = fake().sim_module()
     params = rp.launch_params(module, rp.load_weights(), rp.load_binding().params("plain"))
-    assert set(params) == {"target_final_g", "eos_token", "speculate"}  # the fake declares one tensor
+    assert set(params) == {"target_final_g", "eos_token", "pool_pages", "speculate"}  # the fake declares one tensor
     assert params["eos_token"] == -1 and params["speculate"] is False
     assert rp.launch_params(module, None, {"eos_token": 3}) == {"eos_token": 3}
     with pytest.raises(rp.RealPairError, match="speculat: the pipeline has no such parameter"):
