@@ -213,10 +213,13 @@ trace work: out, cnt, loops, shift
 done when finished
 """
 
-# `break` in a loop in an iteration: each iteration leaves it at its own time, a Python loop
+# `break` and `continue` in loops in an iteration: each iteration leaves a loop (or a pass)
+# at its own time (Lanes.loop_enter/loop_next/leave), also from nested loops, under `if`
+# arms, next to a reduction and an error (division by zero where i % 7 == 0 and k == 2)
 BREAK_PROGRAM = """pipeline vec_break
 request {
     x: i32[40]
+    y: i32[40]
     finished: bool
 }
 stage work when !finished {
@@ -228,10 +231,29 @@ stage work when !finished {
             let s = sum(j in 0..k + 1: j * i)
             x[i] += s
         }
+        for k in 0..6 {
+            if (i + k) % 4 == 1 {
+                continue
+            } elif k > i % 5 + 1 {
+                break
+            }
+            for m in 0..5 {
+                if m > k {
+                    break
+                }
+                if m == 1 {
+                    continue
+                }
+                y[i] += m + k
+            }
+            if k == 2 {
+                y[i] += 10 / (i % 7)
+            }
+        }
     }
     finished = true
 }
-trace work: x
+trace work: x, y
 done when finished
 """
 
