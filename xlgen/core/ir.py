@@ -8,6 +8,8 @@ walk these nodes with a table from node kind / operator to target code.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -458,10 +460,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return math.prod(self.dims)
 
 
 @dataclass(frozen=True)
@@ -477,10 +476,7 @@ class Pool:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return math.prod(self.dims)
 
 
 @dataclass(frozen=True)

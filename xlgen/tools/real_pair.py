@@ -225,14 +225,18 @@ def parse_prompts(doc: dict, source: str = "prompts") -> list[Prompt]:
     return out
 
 
-def load_prompts(path: str | Path | None = None) -> list[Prompt]:
-    path = Path(path) if path is not None else prompts_file()
+def _read_json(path: Path):
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as exc:
         raise RealPairError(f"{path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise RealPairError(f"{path}: not JSON ({exc})") from None
+
+
+def load_prompts(path: str | Path | None = None) -> list[Prompt]:
+    path = Path(path) if path is not None else prompts_file()
+    doc = _read_json(path)
     return parse_prompts(doc, str(path))
 
 
@@ -351,12 +355,7 @@ def load_reference(path: str | Path | None = None, model: str | None = None) -> 
     """PyTorch's recorded tokens of `model` (the binding's reference model by default)."""
     path = Path(path) if path is not None else reference_file()
     model = model or load_binding().reference_model
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise RealPairError(f"{path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RealPairError(f"{path}: not JSON ({exc})") from None
+    doc = _read_json(path)
     return parse_reference(doc, model, str(path))
 
 
