@@ -15,6 +15,30 @@
 #define XL_REQUEST_IN_SHARED 0
 #endif
 
+// A pool's store (pools are in global memory, never in the request's slot): in ordinary stage
+// code one thread of the team stores between two syncs (with a team of several warps,
+// XL_TEAM_SYNC is the block's barrier); in an iteration holding reductions, lane 0 of the
+// iteration's warp. A lanes loop's iteration stores plainly. The CPU build stores directly.
+#if XL_ON_GPU
+#define XL_POOL_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        XL_TEAM_SYNC();                                      \
+        if (XL_TEAM_RANK == 0) lhs = xl_stored;              \
+        XL_TEAM_SYNC();                                      \
+    } while (0)
+#define XL_POOL_ITER_STORE(lhs, value)                       \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        __syncwarp();                                        \
+        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
+        __syncwarp();                                        \
+    } while (0)
+#else
+#define XL_POOL_STORE(lhs, value) do { lhs = (value); } while (0)
+#define XL_POOL_ITER_STORE(lhs, value) do { lhs = (value); } while (0)
+#endif
+
 // In per-request stages all 32 lanes of the request's warp run the same code.
 // Every lane computes the value; the warp syncs (no lane may still be reading the
 // old state for an earlier statement); lane 0 stores; the warp syncs again, so
@@ -39,26 +63,10 @@ __shared__ void* xl_twin[32];
         __syncwarp();                                                                                \
     } while (0)
 #define XL_ITER_STORE XL_WARP_STORE
-#elif XL_ON_GPU
-// (With a team of several warps, XL_TEAM_SYNC is the block's barrier and thread 0 stores.)
-#define XL_WARP_STORE(lhs, value)                            \
-    do {                                                     \
-        const auto xl_stored = (value);                      \
-        XL_TEAM_SYNC();                                      \
-        if (XL_TEAM_RANK == 0) lhs = xl_stored;              \
-        XL_TEAM_SYNC();                                      \
-    } while (0)
-// A store in a lanes loop's iteration that holds reductions: the iteration's own warp.
-#define XL_ITER_STORE(lhs, value)                            \
-    do {                                                     \
-        const auto xl_stored = (value);                      \
-        __syncwarp();                                        \
-        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
-        __syncwarp();                                        \
-    } while (0)
 #else
-#define XL_WARP_STORE(lhs, value) do { lhs = (value); } while (0)
-#define XL_ITER_STORE(lhs, value) do { lhs = (value); } while (0)
+// Nothing to write through: the request is stored like a pool.
+#define XL_WARP_STORE XL_POOL_STORE
+#define XL_ITER_STORE XL_POOL_ITER_STORE
 #endif
 #if XL_ON_GPU && XL_TEAM_WARPS > 1 && XL_REQUEST_IN_SHARED == 2
 #error "a team of several warps keeps its request in shared memory copied back (XL_REQUEST_IN_SHARED 1) or in global memory (0)"
@@ -76,28 +84,6 @@ __shared__ void* xl_twin[32];
 #define XL_LANE_STORE(lhs, value) do { lhs = (value); } while (0)
 #endif
 
-// A pool's store (pools are in global memory, not in the request's slot): in ordinary stage
-// code one thread of the team stores between two syncs, as XL_WARP_STORE; in an iteration
-// holding reductions, lane 0 of the iteration's warp. A lanes loop's iteration stores plainly.
-#if XL_ON_GPU
-#define XL_POOL_STORE(lhs, value)                            \
-    do {                                                     \
-        const auto xl_stored = (value);                      \
-        XL_TEAM_SYNC();                                      \
-        if (XL_TEAM_RANK == 0) lhs = xl_stored;              \
-        XL_TEAM_SYNC();                                      \
-    } while (0)
-#define XL_POOL_ITER_STORE(lhs, value)                       \
-    do {                                                     \
-        const auto xl_stored = (value);                      \
-        __syncwarp();                                        \
-        if ((threadIdx.x & 31u) == 0u) lhs = xl_stored;      \
-        __syncwarp();                                        \
-    } while (0)
-#else
-#define XL_POOL_STORE(lhs, value) do { lhs = (value); } while (0)
-#define XL_POOL_ITER_STORE(lhs, value) do { lhs = (value); } while (0)
-#endif
 
 // `x == x` is valid xl for every type (and meaningful for f32: false for NaN).
 // The CPU build compiles with -Wall -Werror, where an integer self-comparison

@@ -84,17 +84,8 @@ def tensor_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def config_of(arrays: dict[str, np.ndarray], source: str = "the weights") -> Config:
-    """The model size the arrays describe, checked against the architecture (every name, shape, dtype)."""
-    if "tok_emb" not in arrays or "pos_emb" not in arrays:
-        raise ModelError(f"{source}: no 'tok_emb' / 'pos_emb' tensor (found: {', '.join(sorted(arrays)) or 'none'})")
-    d = int(arrays["tok_emb"].shape[-1])
-    max_len = int(arrays["pos_emb"].shape[0])
-    n_layers = len({int(m.group(1)) for k in arrays if (m := re.fullmatch(r"l(\d+)_wq", k))})
-    if d <= 0 or d % HEAD_DIM:
-        raise ModelError(f"{source}: d_model {d} (tok_emb's second dimension) is not a positive multiple of {HEAD_DIM}")
-    cfg = Config(n_layers=n_layers, d_model=d, max_len=max_len)
-    expected = tensor_shapes(cfg)
+def shape_problems(arrays: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]]) -> list[str]:
+    """Every tensor missing, of the wrong shape or dtype, or not in `expected`: one line each."""
     problems = []
     for name, shape in expected.items():
         if name not in arrays:
@@ -106,6 +97,21 @@ def config_of(arrays: dict[str, np.ndarray], source: str = "the weights") -> Con
     extra = sorted(set(arrays) - set(expected))
     if extra:
         problems.append(f"tensors not in the architecture: {', '.join(extra)}")
+    return problems
+
+
+def config_of(arrays: dict[str, np.ndarray], source: str = "the weights") -> Config:
+    """The model size the arrays describe, checked against the architecture (every name, shape, dtype)."""
+    if "tok_emb" not in arrays or "pos_emb" not in arrays:
+        raise ModelError(f"{source}: no 'tok_emb' / 'pos_emb' tensor (found: {', '.join(sorted(arrays)) or 'none'})")
+    d = int(arrays["tok_emb"].shape[-1])
+    max_len = int(arrays["pos_emb"].shape[0])
+    n_layers = len({int(m.group(1)) for k in arrays if (m := re.fullmatch(r"l(\d+)_wq", k))})
+    if d <= 0 or d % HEAD_DIM:
+        raise ModelError(f"{source}: d_model {d} (tok_emb's second dimension) is not a positive multiple of {HEAD_DIM}")
+    cfg = Config(n_layers=n_layers, d_model=d, max_len=max_len)
+    expected = tensor_shapes(cfg)
+    problems = shape_problems(arrays, expected)
     if problems:
         raise ModelError(f"{source} (read as {n_layers} layers, d_model {d}):\n  " + "\n  ".join(problems))
     return cfg
@@ -167,17 +173,7 @@ def unstack_layers(stacked: dict[str, np.ndarray], source: str = "the weights") 
     cfg = Config(n_layers=int(stacked["wq"].shape[0]) if stacked["wq"].ndim == 3 else 0, d_model=d,
                  max_len=int(stacked["pos_emb"].shape[0]))
     expected = stacked_shapes(cfg)
-    problems = []
-    for name, shape in expected.items():
-        if name not in stacked:
-            problems.append(f"missing tensor '{name}' (expected float32{list(shape)})")
-            continue
-        a = stacked[name]
-        if tuple(a.shape) != shape or a.dtype != np.float32:
-            problems.append(f"tensor '{name}': expected float32{list(shape)}, found {a.dtype}{list(a.shape)}")
-    extra = sorted(set(stacked) - set(expected))
-    if extra:
-        problems.append(f"tensors not in the architecture: {', '.join(extra)}")
+    problems = shape_problems(stacked, expected)
     if cfg.n_layers < 1:
         problems.append("no layers ('wq' must be [n_layers, d, d] with n_layers >= 1)")
     if problems:

@@ -9,6 +9,8 @@ from xlgen.backends.build import load, load_text
 from xlgen.runtime import cpu, sim
 from xlgen.semantics.ops import ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER
 from xlgen.tools.diff import compare
+
+from test_lanes import _defined_sum  # §13.2's sum, one addition at a time
 from pathlib import Path
 
 PROGRAM = Path(__file__).parent / "programs" / "pool_pages.xl"
@@ -129,16 +131,6 @@ def test_reduction_over_pool_rows_adds_in_the_defined_order(compiled):
     scores = [_defined_sum(row * np.roll(x, -j)) for j in range(D)]
     assert result.pools["scores"][0].tobytes() == np.array(scores, dtype=np.float32).tobytes()
     assert np.float32(result.requests["dot"][0]).tobytes() == _defined_sum(np.array(scores)).tobytes()
-
-
-def _defined_sum(values: np.ndarray) -> np.float32:
-    """docs/semantics.md §13.2: 32 lanes in order, then the butterfly."""
-    lanes = [np.float32(-0.0)] * 32
-    for k, v in enumerate(values.astype(np.float32)):
-        lanes[k % 32] = np.float32(lanes[k % 32] + v)
-    for step in (16, 8, 4, 2, 1):
-        lanes = [np.float32(lanes[l] + lanes[l ^ step]) for l in range(32)]
-    return lanes[0]
 
 
 def test_diff_reports_a_pool_difference(compiled):

@@ -189,8 +189,6 @@ class PyEmitter:
                 f"{pad}    raise xl_first"]
 
     def stmt_Lanes(self, s: ir.Lanes, depth):
-        if not VecEmitter.covers(s.body):
-            return [self._lane_bounds(s, depth), *self._lanes_loop(s, depth)]
         vector = VecEmitter(self, {s.var}).lanes(s, f"  {LINE_MARK}{s.loc.line}")
         return self._lane_statement(s, depth, self._lanes_loop(s, depth + 1), vector)
 

@@ -236,11 +236,6 @@ class VecEmitter:
                         f"{pad}{names.py(s.name)} = xl_E.reduce(xl_v, {dtype_of(s.value.type)}, {s.op!r})",
                         f"{pad}xl_L.end()"]
 
-    @classmethod
-    def covers(cls, body) -> bool:
-        """Can numpy code run these statements?"""
-        return all(hasattr(cls, "stmt_" + type(s).__name__) for s in ir.statements(body))
-
     # ---- the statement itself
     def _open(self, var: str, body: list[str]) -> list[str]:
         """The iterations (the bounds were evaluated once before: emit_python.py), working

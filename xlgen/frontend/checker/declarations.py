@@ -193,19 +193,26 @@ class DeclarationRules:
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
 
+    def _dims(self, exprs, what: str) -> list[int] | None:
+        """A tensor's or pool's constant dimensions, each positive; None after an error."""
+        dims = [self._const_int(d, what) for d in exprs]
+        if any(d is None for d in dims):
+            return None
+        for d, ref in zip(dims, exprs):
+            if d <= 0:
+                self.error(ref.loc, f"{what} must be positive, not {d}")
+                return None
+        return dims
+
     def _tensor(self, node: A.TensorDecl) -> None:
         if self.globals.get(node.name, Global("", node.loc)).node is not node:
             return  # a duplicate, already reported
         if node.elem != "f32":
             self.error(node.loc, f"tensor '{node.name}' holds {node.elem}; tensors hold f32")
             return
-        dims = [self._const_int(d, "a tensor dimension") for d in node.dims]
-        if any(d is None for d in dims):
+        dims = self._dims(node.dims, "a tensor dimension")
+        if dims is None:
             return
-        for d, ref in zip(dims, node.dims):
-            if d <= 0:
-                self.error(ref.loc, f"a tensor dimension must be positive, not {d}")
-                return
         t = ir.Tensor(node.name, F32, tuple(dims), node.loc)
         if t.size > MAX_TENSOR_ELEMENTS:
             self.error(node.loc, f"tensor '{node.name}' has {t.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
@@ -219,13 +226,9 @@ class DeclarationRules:
         if elem not in POOL_ELEMENTS:
             self.error(node.loc, f"pool '{node.name}' holds {node.elem}; pools hold i32, u32 or f32")
             return
-        dims = [self._const_int(d, "a pool dimension") for d in node.dims]
-        if any(d is None for d in dims):
+        dims = self._dims(node.dims, "a pool dimension")
+        if dims is None:
             return
-        for d, ref in zip(dims, node.dims):
-            if d <= 0:
-                self.error(ref.loc, f"a pool dimension must be positive, not {d}")
-                return
         pool = ir.Pool(node.name, elem, tuple(dims), node.owner.name, node.loc)
         if pool.size > MAX_TENSOR_ELEMENTS:
             self.error(node.loc, f"pool '{node.name}' has {pool.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
