@@ -744,10 +744,20 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // checker proves it), so any order gives the same state; a failed one does not stop the others.
 // The team's threads take iterations rank, rank + XL_TEAM_THREADS, ...; with ByWarp (the
 // iterations hold reductions) its warps take w, w + XL_TEAM_WARPS, ..., all lanes together.
+//
+// Why a team needs no other barrier (docs/gpu.md, "Teams of warps"): every region in which
+// the team's threads write state on their own begins and ends with a team barrier. Ordinary
+// stores (XL_POOL_STORE / XL_WARP_STORE) sync before and after; a lanes loop syncs on entry
+// (here: a thread still reading the state for the code before the loop -- a guard, a `let`,
+// thread 0's trace record or retire check -- must finish before any thread's iteration
+// writes) and on exit (xl_team_err_finish); the copy back (xl_put_request) syncs first; the
+// copy in follows the previous request's broadcast barrier. Single-thread reads (trace
+// records, retire checks) therefore never overlap a write by another warp.
 template <bool ByWarp, typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
+    XL_TEAM_SYNC();
     const int64_t start = ByWarp ? (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS : XL_TEAM_RANK;
     const int64_t stride = ByWarp ? XL_TEAM_WARPS : XL_TEAM_THREADS;
 #else

@@ -1,0 +1,110 @@
+"""Teams of warps agree with the simulator (issue 26; skipped without a GPU).
+
+A team's ordinary code runs redundantly on all its threads and one thread writes the trace
+records and runs the retire check, while a lanes loop lets every thread write on its own. The
+programs below put a single-thread or redundant read of the request right before another
+warp's write: a trace record before the next stage's lanes loop (the reported race), a guard
+and a `let` reading what the stage's lanes loop then overwrites, a lanes loop right after an
+ordinary store, a pool row written by a lanes loop after the trace record that reads the
+request, and the retire check reading what the last stage's lanes loop wrote. With no team
+barrier at a lanes loop's entry the records differ from the simulator's for teams of 4+.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xlgen.backends.build import load_text
+from xlgen.runtime import sim
+from xlgen.tools.diff import compare
+
+gpu = pytest.importorskip("xlgen.runtime.gpu")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')"),
+]
+
+# The program of the report, verbatim.
+REPORTED = """pipeline race
+request {
+    n: i32
+    a: f32[16] = 16777217.0
+    f: u32 = 3735928560u
+}
+stage s3 {
+    n += 1
+}
+stage s4 {
+    lanes for i in 0..16 {
+        a[i] += ((f as f32) * 1.5)
+        let r = max(j in 0..32: req_id)
+    }
+}
+trace s3: n, a
+done when n >= 2
+"""
+
+# Every other read-before-another-warp's-write a stage can contain, over 512 elements so that
+# every warp of a 16-warp team has iterations.
+READS_BEFORE_WRITES = """pipeline team_reads
+const N: i32 = 512
+pool rows: f32[8, N] owned by owner
+shared {
+    owner: i32[8] = -1
+}
+request {
+    n: i32
+    a: f32[N]
+    b: f32[N]
+    seen: f32
+    first: f32
+}
+arbiter own when req_id < 8 && owner[req_id] < 0 {
+    owner[req_id] = req_id
+}
+stage fill when a[N - 1] < 2000.0 {
+    let head = a[N - 1]
+    lanes for i in 0..N {
+        a[i] = a[i] + 1.0 + (i as f32)
+    }
+    first = head
+}
+stage after_store {
+    n += 1
+    lanes for i in 0..N {
+        b[i] = (n as f32) + a[i]
+    }
+}
+stage to_pool when req_id < 8 && owner[req_id] == req_id {
+    lanes for i in 0..N {
+        rows[req_id, i] = b[i] * 2.0
+    }
+    let s = sum(i in 0..N: rows[req_id, i])
+    seen = s
+}
+stage last {
+    lanes for i in 0..N {
+        a[i] = b[i] - 1.0
+    }
+}
+trace fill: first, a
+trace after_store: n, b
+trace to_pool: seen, b
+trace last: a
+done when n >= 6
+"""
+
+TEAM_SHAPES = [1, 4, 8, 16]
+
+
+@pytest.mark.parametrize("team_warps", TEAM_SHAPES)
+@pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES], ids=["reported", "reads_before_writes"])
+def test_teams_agree_with_the_simulator(source, team_warps):
+    compiled = load_text(source, "race.xl")
+    inputs = [{} for _ in range(12)]
+    config = sim.LaunchConfig(max_active=12, max_rounds=50)
+    want = sim.run(compiled.sim_module(), {}, inputs, config)
+    assert len(want.records) > 0
+    for _ in range(3):  # a race shows on some launches only
+        got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps)
+        assert compare(compiled.program, want, got) is None
