@@ -272,9 +272,7 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
             a = xl_fmul(0.125f, base);
         }
     } else if (xl_eq(shape, Profile::BURSTY)) {
-        const bool xl_c1 = xl_eq(xl_rem(err, 2, 49, xl_div(err, 1, 49, k, xl_max(p.burst_len, 1)), 2), 0);
-        if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
-        if (xl_c1) {
+        if (xl_eq(xl_rem_nz(xl_div_nz(k, xl_max(p.burst_len, 1)), 2), 0)) {
             {
                 const float xl_v = fn_boosted(err, 1, p, base);
                 if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
@@ -420,12 +418,12 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
     {
         const int32_t xl_lo = 0;
         const int32_t xl_hi = xl_add(r.draft_len, 1);
-        xl_lanes<false>(err, 1, xl_lo, xl_hi, [&](int32_t j, XlErr& err) {
+        xl_lanes_v<false>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 129, [&](auto xl_chk, int32_t j, XlErr& err) {
             [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 15, xl_sub(j, 1), 128)]);
             if (err.code) return;
             {
                 const int32_t xl_v = xl_b_target_token(err, 1, 16, r.seed, xl_add(pos, j), prev, p.vocab);
-                const int32_t xl_i = xl_idx(err, 2, 16, j, 129);
+                const int32_t xl_i = xl_idx_v(xl_chk, err, 2, 16, j, 129);
                 if (err.code) return;
                 XL_LANE_STORE(r.target_tokens[xl_i], xl_v);
             }
@@ -600,8 +598,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         r.kv_want = tp;
         [[maybe_unused]] bool graft_wait = false;
         if ((((xl_eq(r.state, ReqState::PREFILL_READY) && xl_eq(r.kv_held, 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && xl_ne(r.graft_source_id, req_id)) {
-            [[maybe_unused]] int32_t g = xl_min(xl_div(err, 1, 94, xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
-            if (err.code) return err;
+            [[maybe_unused]] int32_t g = xl_min(xl_div_nz(xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (g > 0) {
                 for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
                     if (xl_p >= sh.kv_fresh) {

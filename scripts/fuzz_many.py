@@ -4,7 +4,7 @@ simulator against the CPU build, over a range of seeds, one process per core.
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
     BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
 
-Progress every 500 programs on stdout; result.json lists every failing seed with what failed, and
+Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
 Reproduce one: `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`.
 """
@@ -46,7 +46,7 @@ def main() -> None:
             with_pools += pools
             if problem:
                 failures.append({"seed": seed, "problem": problem})
-            if done % 500 == 0 or done == count:
+            if done % 100 == 0 or done == count:
                 with open(out, "w") as f:
                     json.dump({"first": first, "count": count, "done": done, "with_pools": with_pools,
                                "failures": failures, "seconds": round(time.time() - started, 1)}, f, indent=1)

@@ -13,9 +13,8 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 
 from __future__ import annotations
 
-from . import cpp_ops, names
+from . import cpp_ops, names, ranges
 from ..core import ir
-from ..core.ir import may_raise
 from .layout import collective_frame_words, slots
 
 IND = "    "
@@ -23,6 +22,9 @@ IND = "    "
 # of the team; an iteration holding reductions, one lane of its warp; a lanes loop's iteration,
 # its own thread (None: a plain store). Pools are in global memory, never in a request's slot.
 POOL_STORE = {"XL_WARP_STORE": "XL_POOL_STORE", "XL_ITER_STORE": "XL_POOL_ITER_STORE", "XL_LANE_STORE": None}
+# Whether an operation can fail (ranges.py): never; only in a versioned lanes loop's checked copy
+# (the fast copy runs with the check proved away); or at any time.
+NEVER, CHECKED_COPY, ALWAYS = 0, 1, 2
 
 
 class CppEmitter:
@@ -37,6 +39,53 @@ class CppEmitter:
         # iterations hold reductions: XL_ITER_STORE (one lane of the iteration's warp).
         self.field_store: str | None = None
         self.in_collective = False  # emitting a collective stage: shared writes go to the shadow
+        self.proofs = ranges.Proofs()  # the checks of the code being emitted that cannot fail
+        self.fast = False  # in a versioned lanes loop's body: `xl_chk` is its XlCheck
+        self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
+
+    # ---- which checks remain (ranges.py) ----------------------------------------------
+
+    def _check(self, node, k, checked=True) -> int:
+        """NEVER, CHECKED_COPY or ALWAYS for check k of `node` (an index, or "div")."""
+        proof = self.proofs.proof(node, k) if checked else ranges.ALWAYS
+        if not checked or proof == ranges.ALWAYS:
+            return NEVER
+        return CHECKED_COPY if proof == ranges.IN_FAST_PATH and self.fast else ALWAYS
+
+    def _index(self, node, k, code: str, length: int, checked=True) -> str:
+        """An index checked against `length` unless proved in range."""
+        level = self._check(node, k, checked)
+        if level == NEVER:
+            return code
+        runner = "xl_idx_v(xl_chk, " if level == CHECKED_COPY else "xl_idx("
+        return f"{runner}{self._sink()}, {code}, {length})"
+
+    def raises(self, e) -> int:
+        """The level at which evaluating `e` may raise a runtime error (ir.may_raise, with the
+        proofs)."""
+        if e is None:
+            return NEVER
+        if isinstance(e, ir.Load):
+            return max(self._check(e, 0, e.checked), self.raises(e.index))
+        if isinstance(e, ir.TensorLoad):
+            return max([self._check(e, k, c) for k, c in enumerate(e.checked)]
+                       + [self.raises(i) for i in e.indices])
+        if isinstance(e, (ir.PoolLoad, ir.Call)):
+            return ALWAYS  # NOT_OWNER; helpers and builtins may raise inside
+        own = NEVER
+        if isinstance(e, ir.Binary) and cpp_ops.binary_is_checked(e):
+            own = self._check(e, "div") if e.op in ("/", "%") else ALWAYS
+        if isinstance(e, ir.Cast) and cpp_ops.cast_is_checked(e):
+            own = ALWAYS
+        return max([own] + [self.raises(c) for c in ranges._children(e)])
+
+    def _bail_if(self, level: int, pad: str) -> list[str]:
+        """The test after a statement that may fail, at its level."""
+        if level == ALWAYS:
+            return [f"{pad}if (err.code) {self.bail}"]
+        if level == CHECKED_COPY:
+            return [f"{pad}if (XL_CHECKS(xl_chk) && err.code) {self.bail}"]
+        return []
 
     # ---- expressions -------------------------------------------------------------
 
@@ -66,27 +115,22 @@ class CppEmitter:
         }[e.kind]
 
     def expr_Load(self, e: ir.Load) -> str:
-        index = self.expr(e.index)
-        if e.checked:
-            index = f"xl_idx({self._sink()}, {index}, {e.base.type.length})"
+        index = self._index(e, 0, self.expr(e.index), e.base.type.length, e.checked)
         value = f"{self.expr(e.base)}[{index}]"
         return f"(bool){value}" if e.type == ir.BOOL else value
 
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self.expr(index)
-            code = f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})"
+            code = self._index(e, k, f"(int32_t)({self.expr(index)})", dim, checked)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.cpp(e.tensor)}[{flat}]"
 
     def _pool_element(self, e) -> str:
         """The flat position of a pool element: each index checked against its dimension, then
         the page's owner (the key after every index's: §13.3's order), row-major."""
-        codes = []
-        for index, dim, checked in zip(e.indices, e.pool.dims, e.checked):
-            code = self.expr(index)
-            codes.append(f"xl_idx({self._sink()}, {code}, {dim})" if checked else f"(int32_t)({code})")
+        codes = [self._index(e, k, f"(int32_t)({self.expr(index)})", dim, checked)
+                 for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
         owner = self.expr(self.program.pool_owner(e.pool))
         flat = f"xl_pool_page({self._sink()}, {owner}, req_id, {codes[0]})"
         for code, dim in zip(codes[1:], e.pool.dims[1:]):
@@ -101,7 +145,14 @@ class CppEmitter:
 
     def expr_Binary(self, e: ir.Binary) -> str:
         a, b = self.expr(e.left), self.expr(e.right)
-        return cpp_ops.binary_code(e, a, b, self._sink() if cpp_ops.binary_is_checked(e) else "")
+        if not cpp_ops.binary_is_checked(e):
+            return cpp_ops.binary_code(e, a, b)
+        level = self._check(e, "div") if e.op in ("/", "%") else ALWAYS
+        if level == NEVER:  # a divisor proved non-zero
+            return f"xl_{'div' if e.op == '/' else 'rem'}_nz({a}, {b})"
+        if level == CHECKED_COPY:
+            return f"xl_{'div' if e.op == '/' else 'rem'}_v(xl_chk, {self._sink()}, {a}, {b})"
+        return cpp_ops.binary_code(e, a, b, self._sink())
 
     def expr_Select(self, e: ir.Select) -> str:
         return f"({self.expr(e.cond)} ? {self.expr(e.then)} : {self.expr(e.otherwise)})"
@@ -138,8 +189,11 @@ class CppEmitter:
 
     def block(self, stmts, depth: int) -> list[str]:
         lines: list[str] = []
+        previous = None
         for s in stmts:
+            self.after_lanes = isinstance(previous, ir.Lanes)
             lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
+            previous = s
         return lines
 
     def stmt_Let(self, s: ir.Let, depth):
@@ -148,9 +202,7 @@ class CppEmitter:
         # [[maybe_unused]]: a local that is never read is valid xl (a warning there), and must not
         # fail the -Werror CPU build with -Wunused-variable / -Wunused-but-set-variable
         decl = f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {value};"
-        if may_raise(s.value):
-            return [decl, f"{pad}if (err.code) {self.bail}"]
-        return [decl]
+        return [decl] + self._bail_if(self.raises(s.value), pad)
 
     def stmt_Assign(self, s: ir.Assign, depth):
         if s.target.kind == ir.SHARED and self.in_collective:
@@ -160,17 +212,17 @@ class CppEmitter:
         value = self.statement_expr(s.value, s.loc.line)  # the value first, then the index: as in Python
         target = self.expr(s.target)
         index = None
+        level = self.raises(s.value)
         if s.index is not None:
-            index = self.expr(s.index)
-            if s.checked:
-                index = f"xl_idx({self._sink()}, {index}, {s.target.type.length})"
-        if not (may_raise(s.value) or (s.index is not None and (s.checked or may_raise(s.index)))):
+            index = self._index(s, 0, self.expr(s.index), s.target.type.length, s.checked)
+            level = max(level, self._check(s, 0, s.checked), self.raises(s.index))
+        if level == NEVER:
             lhs = f"{target}[{index}]" if index is not None else target
             return [f"{pad}{self._store(s.target, lhs, value)}"]
         lines = [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(elem)} xl_v = {value};"]
         if index is not None:
             lines.append(f"{pad}{IND}const int32_t xl_i = {index};")
-        lines.append(f"{pad}{IND}if (err.code) {self.bail}")
+        lines += self._bail_if(level, pad + IND)
         lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
         return lines + [f"{pad}}}"]
 
@@ -262,15 +314,16 @@ class CppEmitter:
         cond, body = arms[0]
         code = _strip_parens(self.statement_expr(cond, cond.loc.line))
         lines = []
-        if may_raise(cond):  # evaluate a condition that may fail on its own line, then branch
+        level = self.raises(cond)
+        if level:  # evaluate a condition that may fail on its own line, then branch
             self.conds += 1
             name = f"xl_c{self.conds}"
-            lines += [f"{pad}const bool {name} = {code};", f"{pad}if (err.code) {self.bail}"]
+            lines += [f"{pad}const bool {name} = {code};", *self._bail_if(level, pad)]
             code = name
         lines.append(f"{pad}if ({code}) {{")
         lines += self.block(body, depth + 1)
         rest = arms[1:]
-        if rest and not may_raise(rest[0][0]):
+        if rest and not self.raises(rest[0][0]):
             chained = self._if_chain(rest, otherwise, depth)
             return lines + [f"{pad}}} else {chained[0].lstrip()}"] + chained[1:]
         if rest:
@@ -293,9 +346,7 @@ class CppEmitter:
         start = self.statement_expr(s.start, s.loc.line)
         stop = self.expr(s.stop)
         lines = [f"{pad}const int32_t xl_lo = {start};", f"{pad}const int32_t xl_hi = {stop};"]
-        if may_raise(s.start) or may_raise(s.stop):
-            lines.append(f"{pad}if (err.code) {self.bail}")
-        return lines
+        return lines + self._bail_if(max(self.raises(s.start), self.raises(s.stop)), pad)
 
     def _lane_body(self, emit, field_store: str = "XL_LANE_STORE"):
         """Emit code that runs once per iteration or element: inside a lambda whose `err` is
@@ -310,11 +361,28 @@ class CppEmitter:
     def stmt_Lanes(self, s: ir.Lanes, depth):
         pad = IND * depth
         outer_bail = self.bail
+        after_lanes = self.after_lanes
         lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
         store = "XL_ITER_STORE" if s.by_warp else "XL_LANE_STORE"  # by_warp: a warp runs each iteration
-        body = self._lane_body(lambda: self.block(s.body, depth + 2), store)
-        runner = f"xl_lanes<{'true' if s.by_warp else 'false'}>"
-        lines.append(f"{pad}{IND}{runner}(err, 1, xl_lo, xl_hi, [&](int32_t {names.cpp(s.var)}, XlErr& err) {{")
+        bound = self.proofs.fast_bound.get(id(s))
+        self.fast = bound is not None
+        try:
+            body = self._lane_body(lambda: self.block(s.body, depth + 2), store)
+        finally:
+            self.fast = False
+        # A lanes loop right after another, with bounds that read no state (locals, constants,
+        # launch parameters), needs no barrier on entry: the other loop's exit barrier is the
+        # last thing the team did (xl_lanes in xl_runtime.cuh says why it needs one).
+        entry = not (after_lanes and not any(_reads_state(b) for b in (s.start, s.stop)))
+        by_warp = "true" if s.by_warp else "false"
+        if not entry:
+            by_warp += ", false"
+        v = names.cpp(s.var)
+        if bound is None:
+            lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
+        else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
+            lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
+                         f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         lines += body
         lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
         return lines
@@ -335,18 +403,23 @@ class CppEmitter:
                     f"{pad}{IND}}}"]
 
         elem = self._lane_body(element)
+        # Elements that cannot fail: no error test per element (on the fast path, or always).
+        level = self.raises(s.value)
+        t_args = {NEVER: f"{t}, false", CHECKED_COPY: f"{t}, XL_CHECKS(xl_chk)", ALWAYS: t}[level]
         if s.op == "sum":
-            lines.append(f"{pad}{IND}{names.cpp(s.name)} = xl_reduce_sum<{t}>(err, 1, xl_lo, xl_hi, {elem[0]}")
+            lines.append(f"{pad}{IND}{names.cpp(s.name)} = xl_reduce_sum<{t_args}>(err, 1, xl_lo, xl_hi, {elem[0]}")
             lines += elem[1:-1] + [elem[-1] + ");"]
         else:
             greatest = "true" if s.op in ("max", "argmax") else "false"
             lines.append(f"{pad}{IND}{t} xl_best;")
-            lines.append(f"{pad}{IND}const int64_t xl_at = xl_reduce_best<{t}>(err, 1, xl_lo, xl_hi, {greatest}, "
+            lines.append(f"{pad}{IND}const int64_t xl_at = xl_reduce_best<{t_args}>(err, 1, xl_lo, xl_hi, {greatest}, "
                          f"&xl_best, {elem[0]}")
             lines += elem[1:-1] + [elem[-1] + ");"]
             result = "xl_best_index(xl_at)" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
             lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
-        lines += [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        self.bail, saved = outer_bail, self.bail
+        lines += self._bail_if(max(level, self.raises(s.start), self.raises(s.stop)), pad + IND) + [f"{pad}}}"]
+        self.bail = saved
         return lines
 
     def stmt_Break(self, s, depth):
@@ -358,10 +431,11 @@ class CppEmitter:
     def stmt_Return(self, s: ir.Return, depth):
         pad = IND * depth
         value = self.statement_expr(s.value, s.loc.line)
-        if not may_raise(s.value):
+        level = self.raises(s.value)
+        if not level:
             return [f"{pad}return {value};"]
         t = cpp_ops.value_type(s.value.type)
-        return [f"{pad}{{", f"{pad}{IND}const {t} xl_v = {value};", f"{pad}{IND}if (err.code) {self.bail}",
+        return [f"{pad}{{", f"{pad}{IND}const {t} xl_v = {value};", *self._bail_if(level, pad + IND),
                 f"{pad}{IND}return xl_v;", f"{pad}}}"]
 
     def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
@@ -375,6 +449,7 @@ class CppEmitter:
         self.conds = 0
         self.uses_err = False
         self.bail = f"return xl_raise<{ret}>(xl_caller, xl_key, err);"
+        self.proofs = ranges.analyse(f.body)
         params = ["XlErr& xl_caller", "int32_t xl_key", "const Params& p"]
         for a in f.params:
             if isinstance(a.type, ir.ArrayType):
@@ -391,7 +466,9 @@ class CppEmitter:
         self.conds = 0
         guard = None
         if s.guard is not None:
+            self.proofs = ranges.analyse_expr(s.guard)
             guard = self.statement_expr(s.guard, s.guard.loc.line)
+        self.proofs = ranges.analyse(s.body)
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
         self.field_store = None
@@ -428,6 +505,7 @@ class CppEmitter:
         p = self.program
         traced = {t.stage: t for t in p.traces}
         self.bail = "return false;"
+        self.proofs = ranges.analyse_expr(p.done)
         done = self.statement_expr(p.done, p.done.loc.line)
         widths = [2] + [self.trace(t)["words"] for t in p.traces]
         return {
@@ -462,7 +540,10 @@ class CppEmitter:
     def local_condition(self, guard: ir.Expr | None) -> str | None:
         """A guard's local part (ir.local_condition) in C++; None: there is none."""
         cond = ir.local_condition(guard)
-        return None if cond is None else self.statement_expr(cond, cond.loc.line)
+        if cond is None:
+            return None
+        self.proofs = ranges.analyse_expr(cond)
+        return self.statement_expr(cond, cond.loc.line)
 
     def phase2_conditions(self) -> list[str | None]:
         """For arbiter_may_run: each phase-2 guard's local part, up to the first guard
@@ -481,6 +562,15 @@ class CppEmitter:
             out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
                         "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
         return out
+
+
+def _reads_state(e) -> bool:
+    """Whether an expression reads request or shared state (or may, through a call)."""
+    if isinstance(e, ir.Var):
+        return e.kind in (ir.FIELD, ir.SHARED)
+    if isinstance(e, (ir.Load, ir.PoolLoad, ir.Call)):
+        return True
+    return any(_reads_state(c) for c in ranges._children(e))
 
 
 def _strip_parens(code: str) -> str:

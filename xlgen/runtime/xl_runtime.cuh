@@ -148,6 +148,30 @@ XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n) {
     return (int32_t)i;
 }
 
+// Checks proved unable to fail (xlgen/backends/ranges.py) are not emitted. Those proved only on
+// a lanes loop's fast path (its range within the bound it was proved for) take the body's
+// XlCheck: the loop runs the body with XlCheck<false> when the bound holds, else XlCheck<true>.
+template <bool On> struct XlCheck { static constexpr bool on = On; };
+#define XL_CHECKS(c) decltype(c)::on
+template <bool On>
+XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n) {
+    if constexpr (On) return xl_idx(e, k, line, i, n);
+    return i;
+}
+// Integer division by a divisor proved non-zero (INT_MIN / -1 still wraps).
+XL_HD int32_t xl_div_nz(int32_t a, int32_t b) { return b == -1 ? xl_neg(a) : a / b; }
+XL_HD int32_t xl_rem_nz(int32_t a, int32_t b) { return b == -1 ? 0 : a % b; }
+template <bool On>
+XL_HD int32_t xl_div_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
+    if constexpr (On) return xl_div(e, k, line, a, b);
+    return xl_div_nz(a, b);
+}
+template <bool On>
+XL_HD int32_t xl_rem_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
+    if constexpr (On) return xl_rem(e, k, line, a, b);
+    return xl_rem_nz(a, b);
+}
+
 // A pool access's owner check (docs/semantics.md §13.3), after its indices' checks: `page` (in
 // range: checked, or 0 after a failed check) must belong to the request. Yields the page.
 XL_HD int32_t xl_pool_page(XlErr& e, int32_t k, int32_t line, const int32_t* owner, int32_t req_id, int32_t page) {
@@ -753,11 +777,13 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // writes) and on exit (xl_team_err_finish); the copy back (xl_put_request) syncs first; the
 // copy in follows the previous request's broadcast barrier. Single-thread reads (trace
 // records, retire checks) therefore never overlap a write by another warp.
-template <bool ByWarp, typename Body>
+// EntrySync false: the loop follows another lanes loop and its bounds read no state
+// (emit_cpp.py), so that loop's exit barrier already separates them.
+template <bool ByWarp, bool EntrySync = true, typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
-    XL_TEAM_SYNC();
+    if (EntrySync) XL_TEAM_SYNC();
     const int64_t start = ByWarp ? (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS : XL_TEAM_RANK;
     const int64_t stride = ByWarp ? XL_TEAM_WARPS : XL_TEAM_THREADS;
 #else
@@ -771,6 +797,14 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
     xl_team_err_finish(err, key, first);
 }
 
+// A lanes loop versioned on its range (ranges.py): `fast` (the same on every thread of the
+// team) picks the body without the checks proved for that range.
+template <bool ByWarp, bool EntrySync = true, typename Body>
+XL_DEVICE void xl_lanes_v(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Body body) {
+    if (fast) xl_lanes<ByWarp, EntrySync>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
+    else xl_lanes<ByWarp, EntrySync>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
+}
+
 template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
 template <> XL_HD float xl_sum_add<float>(float a, float b) { return xl_fadd(a, b); }
 template <typename T> XL_HD T xl_sum_identity() { return T(0); }
@@ -781,8 +815,9 @@ XL_HD uint32_t xl_reduce_key(uint32_t v) { return v; }
 XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL_WORD_F); }
 
 // `sum(j in lo..hi: elem)`: lane l adds elements l, l + 32, ... in order (from -0.0 for f32),
-// then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1.
-template <typename T, typename Elem>
+// then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1. Check false: no element can
+// fail (ranges.py proved it), so no error test per element and no error merge.
+template <typename T, bool Check = true, typename Elem>
 XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem elem) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
 #if XL_ON_GPU
@@ -790,12 +825,12 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
         XlErr e = {0, 0, 0};
         const T v = elem((int32_t)j, e);
-        if (e.code) { xl_lane_err_note(first, j, e); break; }
+        if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
         acc = xl_sum_add(acc, v);
     }
-    xl_lane_err_finish(err, key, first);
+    if (Check) xl_lane_err_finish(err, key, first);
     for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
-    return err.code ? T(0) : acc;
+    return Check && err.code ? T(0) : acc;
 #else
     T part[XL_REDUCE_LANES];
     for (int l = 0; l < XL_REDUCE_LANES; ++l) {
@@ -803,17 +838,17 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
         for (int64_t j = (int64_t)lo + l; j < (int64_t)hi; j += XL_REDUCE_LANES) {
             XlErr e = {0, 0, 0};
             const T v = elem((int32_t)j, e);
-            if (e.code) { xl_lane_err_note(first, j, e); break; }
+            if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
             part[l] = xl_sum_add(part[l], v);
         }
     }
-    xl_lane_err_finish(err, key, first);
+    if (Check) xl_lane_err_finish(err, key, first);
     for (int k = 16; k >= 1; k >>= 1) {
         T next[XL_REDUCE_LANES];
         for (int l = 0; l < XL_REDUCE_LANES; ++l) next[l] = xl_sum_add(part[l], part[l ^ k]);
         for (int l = 0; l < XL_REDUCE_LANES; ++l) part[l] = next[l];
     }
-    return err.code ? T(0) : part[0];
+    return Check && err.code ? T(0) : part[0];
 #endif
 }
 
@@ -832,7 +867,7 @@ XL_HD void xl_best_merge(T& v, int64_t& i, T ov, int64_t oi, bool greatest) {
 
 // max/min/argmax/argmin over j in lo..hi: returns the best element's index (XL_NO_INDEX for
 // an empty range) and leaves its value in *best.
-template <typename T, typename Elem>
+template <typename T, bool Check = true, typename Elem>
 XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
     XlLaneErr first = {XL_NO_INDEX, 0, 0};
     T v = T(0);
@@ -844,10 +879,10 @@ XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi
 #endif
         XlErr e = {0, 0, 0};
         const T x = elem((int32_t)j, e);
-        if (e.code) { xl_lane_err_note(first, j, e); break; }
+        if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
         xl_best_merge(v, at, x, j, greatest);
     }
-    xl_lane_err_finish(err, key, first);
+    if (Check) xl_lane_err_finish(err, key, first);
 #if XL_ON_GPU
     for (int k = 16; k >= 1; k >>= 1) {
         const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);

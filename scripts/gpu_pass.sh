@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One pass on the GPU machine, parts in one call (docs/benchmarks.md says what each measured):
+#
+#   OUT=DIR bash scripts/gpu_pass.sh tests bench limit ncu fuzz
+#
+#   tests   the GPU suite (pytest -m gpu -n 12)
+#   bench   scripts/real_bench.py (plain, ASBS, fixed B; batch 1 and 8; team of 16 warps) on this
+#           tree and, when .base/ holds another tree (e.g. `git archive MAIN | tar -x -C .base`,
+#           carried), on that one too: an A/B on the same card in the same call
+#   limit   the hand-written limit of ../shared/calib/real_limit (copied to .calib/real_limit and
+#           carried), parts b and c, on the same card
+#   ncu     warp instructions executed (ncu) of the GEMV example and of one real-pair launch,
+#           this tree and .base/, divided by multiply-adds (scripts/inst_per_mac.py)
+#   fuzz    the differential fuzzer on the GPU with teams of 1, 4, 8 and 16 warps (FUZZ_FIRST,
+#           FUZZ_COUNT programs per team shape; scripts/fuzz_many.py)
+#
+# Needs the carried wheels (.whl/: lark) that scripts/device_setup.sh installs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_setup.sh
+ROOT=$PWD
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+in_tree() {  # in_tree DIR CMD...: run CMD with DIR's xlgen and a compile cache of its own
+    local dir=$1; shift
+    (cd "$dir" && PYTHONPATH=/tmp/site:$PWD XLGEN_CACHE=/tmp/xlgen-cache-$(basename "$PWD") "$@")
+}
+
+for part in "$@"; do
+    echo "== $part $(date +%T)"
+    case $part in
+    tests)
+        timeout 420 python3 -m pytest -m gpu -n 12 -q 2>&1 | tail -40 | tee "$OUT/tests.txt" ;;
+    bench)
+        in_tree "$ROOT" python3 scripts/real_bench.py -o "$OUT/bench_new" --team-warps 16 --batches 1,8 \
+            --repeats 3 --torch-modes graph_kv 2>&1 | tail -30
+        if [ -d .base/xlgen ]; then
+            in_tree "$ROOT/.base" python3 scripts/real_bench.py -o "$OUT/bench_base" --team-warps 16 \
+                --batches 1,8 --repeats 3 --no-torch 2>&1 | tail -30
+        fi ;;
+    limit)
+        OUT=$OUT/limit timeout 300 bash .calib/real_limit/run_gpu.sh . bc 2>&1 | tail -30 ;;
+    ncu)
+        for tree in "$ROOT" "$ROOT/.base"; do
+            [ -d "$tree/xlgen" ] || continue
+            in_tree "$tree" python3 "$ROOT/scripts/inst_per_mac.py" "$OUT/ncu_$(basename "$tree").json" 2>&1 | tail -12
+        done ;;
+    fuzz)
+        for team in 1 4 8 16; do
+            first=$(( ${FUZZ_FIRST:-950000} + team * 10000 ))
+            XLGEN_TEAM_WARPS=$team BACKENDS=gpu JOBS=${FUZZ_JOBS:-14} timeout ${FUZZ_TIMEOUT:-130} \
+                python3 scripts/fuzz_many.py "$first" "${FUZZ_COUNT:-750}" "$OUT/fuzz_team$team.json" 2>&1 | tail -3
+            python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('team', $team, 'seeds', d['first'], '+', d['done'], 'failing', len(d['failures']), [f['seed'] for f in d['failures']][:20])" "$OUT/fuzz_team$team.json"
+        done ;;
+    *) echo "unknown part $part" ;;
+    esac
+done
