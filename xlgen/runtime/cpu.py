@@ -17,7 +17,11 @@ from ..backends.names import py
 from ..semantics.ops import new_pool
 from .sim import LaunchConfig, RunResult, make_params, make_requests, param_word, pool_table, to_array
 
-CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror",
+# -Wno-array-bounds: an index check the compiler proved unable to fail (backends/ranges.py) is not
+# emitted, and GCC then warns about the unchecked index on paths that never run, e.g. under
+# `if i == -5` in a loop whose i is never negative, or `req_id % 2` after `req_id == -7` (fuzz
+# seeds 940023, 940544).
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-Wno-array-bounds",
              "-ffp-contract=off", "-fno-fast-math", "-fwrapv"]
 
 
