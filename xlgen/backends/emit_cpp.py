@@ -124,7 +124,7 @@ class CppEmitter:
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
             code = self._index(e, k, f"(int32_t)({self.expr(index)})", dim, checked)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
-        return f"XL_TENSOR(p.{names.cpp(e.tensor)}[{flat}])"
+        return f"p.{names.cpp(e.tensor)}[{flat}]"
 
     def _pool_element(self, e) -> str:
         """The flat position of a pool element: each index checked against its dimension, then

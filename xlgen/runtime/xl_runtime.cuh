@@ -26,14 +26,6 @@ typedef signed char int8_t;
 #define XL_ON_GPU 0
 #endif
 
-// A tensor element: read-only for the whole launch, so on the GPU it goes through the
-// read-only (non-coherent) data cache instead of a generic load.
-#if XL_ON_GPU
-#define XL_TENSOR(element) __ldg(&(element))
-#else
-#define XL_TENSOR(element) (element)
-#endif
-
 #if XL_ON_GPU  // NVRTC has no __builtin_huge_valf / __builtin_nanf
 #define XL_INF (__int_as_float(0x7F800000))
 #define XL_NAN (__int_as_float(0x7FC00000))
