@@ -166,6 +166,15 @@ def test_a_stopped_simulator_writes_exit_status_3_and_where_it_stopped(work):
     assert "--timeout 0.3 s reached" in doc["stopped"]
 
 
+def test_a_compile_error_is_recorded(work):
+    (work / "bad.xl").write_text(PIPELINE.replace("n += 1", "n += nowhere"))
+    result = CliRunner().invoke(main, ["diff", "bad.xl", "--json", "c.json"])
+    assert result.exit_code == 1
+    doc = json.loads((work / "c.json").read_text())
+    assert doc["exit_status"] == 1 and doc["outcome"] == "error" and doc["runs"] == []
+    assert "unknown name 'nowhere'" in doc["error"] and "bad.xl:" in doc["error"]
+
+
 def test_a_usage_error_writes_nothing(work):
     result = CliRunner().invoke(main, ["sim", "j.xl", "--show", "nofield", "--json", "u.json"])
     assert result.exit_code == 2
@@ -206,7 +215,7 @@ def test_the_schema_is_documented():
     doc = (REPO / "docs" / "results_json.md").read_text()
     assert "xlgen.result/1" in doc
     keys = {"schema", "xlgen_version", "command", "argv", "source", "exit_status", "outcome", "pipeline",
-            "workload", "runs", "comparisons", "checks", "stopped", "bench", "backend", "rounds", "counts",
+            "workload", "runs", "comparisons", "checks", "stopped", "error", "bench", "backend", "rounds", "counts",
             "records", "trace_by_stage", "slot_utilisation", "metrics", "timing", "requests", "status",
             "ended_round", "error", "fields", "output", "identical", "divergence", "max_active", "params"}
     missing = [k for k in keys if f"`{k}`" not in doc]

@@ -371,8 +371,8 @@ def _json_doc() -> dict | None:
 @contextlib.contextmanager
 def _json_result(json_path, command: str, file):
     """`with _json_result(path, "sim", file) as doc:` the command fills `doc` (None without --json);
-    whatever exit the block takes (sys.exit, a --timeout stop, Ctrl-C) writes it with that exit
-    status. A usage error writes nothing: nothing ran."""
+    whatever exit the block takes (sys.exit, a --timeout stop, Ctrl-C, a compile error, a companion
+    that fails) writes it with that exit status. A usage error writes nothing: nothing ran."""
     if json_path is None:
         yield None
         return
@@ -392,9 +392,15 @@ def _json_result(json_path, command: str, file):
         results.write(json_path, results.finish(doc, code))
         raise
     except Exception as exc:
+        from ..core.diagnostics import CompileError
+        from ..tools.companion import CompanionError
+
         sim = sys.modules.get("xlgen.runtime.sim")
         if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was
             doc["stopped"] = exc.report
             results.write(json_path, results.finish(doc, 130 if exc.interrupted else EXIT_HANG))
+        elif isinstance(exc, (CompileError, CompanionError)):  # exit code 1, with what the error says
+            doc["error"] = exc.render() if isinstance(exc, CompileError) else exc.message
+            results.write(json_path, results.finish(doc, 1))
         raise
     results.write(json_path, results.finish(doc, 0))

@@ -151,7 +151,7 @@ def request_entries(program, result) -> list[dict]:
 
 def finish(doc: dict, exit_status: int) -> dict:
     doc["exit_status"] = int(exit_status)
-    doc["outcome"] = OUTCOMES.get(int(exit_status), "error")
+    doc["outcome"] = "error" if doc.get("error") else OUTCOMES.get(int(exit_status), "error")
     return doc
 
 
