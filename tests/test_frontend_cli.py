@@ -136,9 +136,34 @@ def test_check_needs_a_file():
 
 
 def test_check_missing_file():
+    """A source that is not there is a usage error (2), not a compile error (1)."""
     result = invoke("check", "definitely/not/here.xl")
-    assert result.exit_code == 1
-    assert "no such file" in result.stderr
+    assert result.exit_code == 2
+    assert "no such file: 'definitely/not/here.xl'" in result.output
+
+
+@pytest.mark.parametrize("command", [["check"], ["build", "-o", "out"], ["graph"], ["sim"], ["diff"], ["run"],
+                                     ["bench"], ["fmt"], ["fmt", "--check"]])
+def test_a_missing_source_is_a_usage_error_for_every_command(command, tmp_path):
+    result = invoke(*command[:1], tmp_path / "nope.xl", *command[1:])
+    assert result.exit_code == 2, result.output
+    assert "no such file" in result.output and "Traceback" not in result.output
+    if command[0] != "fmt":  # the commands that read a pipeline say which bundled ones a name can give
+        assert "bundled pipelines, by name: byte_spec, xl_spec" in result.output
+
+
+def test_a_bundled_pipeline_by_name(tmp_path, monkeypatch):
+    """`xl_spec` (or `xl_spec.xl`) names the bundled pipeline where no such file is, wherever xlgen is installed."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("xl_spec", "xl_spec.xl"):
+        result = invoke("check", name)
+        assert result.exit_code == 0, result.output
+        assert "stages/xl_spec.xl: ok (pipeline xl_spec" in result.stdout
+    (tmp_path / "xl_spec.xl").write_text("pipeline mine\nrequest {\n    n: i32\n}\ndone when n >= 0\n")
+    result = invoke("check", "xl_spec.xl")  # a file of that name here comes first
+    assert result.exit_code == 0 and "ok (pipeline mine" in result.stdout
+    result = invoke("fmt", "--check", "byte_spec")  # fmt rewrites files: it never takes a bundled one by name
+    assert result.exit_code == 2 and "no such file" in result.output
 
 
 # ---- fmt -----------------------------------------------------------------------------------
@@ -153,6 +178,27 @@ def test_fmt_check_exit_codes(tmp_path):
     assert f"would reformat {bad}" in result.stderr
     assert str(good) not in result.stderr
     assert bad.read_text() == UNFORMATTED  # --check never writes
+
+
+def test_fmt_check_prints_the_diff(tmp_path):
+    """`fmt --check` shows what it would change: a unified diff on stdout that turns the file into the
+    formatted text, and nothing for a file that is already formatted."""
+    import shutil
+
+    good, bad = tmp_path / "good.xl", tmp_path / "bad.xl"
+    good.write_text(FORMATTED)
+    bad.write_text(UNFORMATTED)
+    result = invoke("fmt", "--check", good, bad)
+    assert result.exit_code == 1
+    diff = result.stdout
+    assert diff.startswith(f"--- {bad} (as it is)\n+++ {bad} (formatted)\n@@ ")
+    assert str(good) not in diff
+    patch = tmp_path / "p.diff"
+    patch.write_text(diff)
+    if shutil.which("patch"):
+        subprocess.run(["patch", "-s", str(bad), str(patch)], check=True)
+        assert bad.read_text() == FORMATTED
+    assert invoke("fmt", "--check", good).stdout == ""
 
 
 def test_fmt_rewrites_in_place_keeping_comments(tmp_path):
@@ -193,8 +239,12 @@ def test_fmt_unreadable(tmp_path, kind):
     elif kind == "not utf-8":
         path.write_bytes(b"pipeline p\n# \xff\n")
     result = invoke("fmt", "--check", path)
-    assert result.exit_code == 1
-    assert " error: " in result.stderr and "internal compiler error" not in result.stderr
+    if kind == "not utf-8":  # it opens: its content is wrong (a compile error)
+        assert result.exit_code == 1
+        assert " error: " in result.stderr and "internal compiler error" not in result.stderr
+    else:  # it does not open as a file: a usage error
+        assert result.exit_code == 2
+        assert "Error: Invalid value for 'FILES...'" in result.stderr and "internal compiler error" not in result.stderr
 
 
 def test_fmt_check_on_the_repository_sources():

@@ -69,8 +69,12 @@ def test_diagnostics_golden(name, monkeypatch, update_golden):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_diagnostics_exit_code(name, monkeypatch):
-    """Errors exit 1; a case whose name starts with warn_ (or only warns) exits 0."""
+    """Errors exit 1; a case whose name starts with warn_ (or only warns) exits 0; a main file
+    that does not open as a file (SPECIAL) is a usage error, exit 2."""
     stderr, code = run_check(CASES[name], monkeypatch)
+    if name in SPECIAL:
+        assert code == 2 and "Error: Invalid value for 'FILES...': " in stderr
+        return
     errors = " error: " in stderr
     assert code == (1 if errors else 0)
     if name.startswith("warn_"):

@@ -228,12 +228,13 @@ def test_unreadable_or_empty_inputs(tmp_path, make):
         path.write_text("# nothing here\n")
     elif make == "bom":
         path.write_bytes(b"\xef\xbb\xbfpipeline p\n")
+    usage = make in ("missing", "directory")  # no file to read: a usage error (2), not a compile error (1)
     result = CliRunner().invoke(main, ["check", str(path)])
-    assert result.exit_code == 1, result.stderr
+    assert result.exit_code == (2 if usage else 1), result.stderr
     assert "internal compiler error" not in result.stderr
-    assert " error: " in result.stderr
+    assert ("Error: Invalid value for 'FILES...'" if usage else " error: ") in result.stderr
     fmt = CliRunner().invoke(main, ["fmt", "--check", str(path)])
-    assert fmt.exit_code in (0, 1) and "internal compiler error" not in fmt.stderr
+    assert fmt.exit_code in ((2,) if usage else (0, 1)) and "internal compiler error" not in fmt.stderr
 
 
 # ---- comments anywhere ----------------------------------------------------------------------

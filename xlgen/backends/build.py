@@ -89,9 +89,9 @@ def build_pipeline(source: str | Path, out_dir: str | Path, write: bool = True) 
 
 
 def cache_dir() -> Path:
-    import os
+    from ..core.resources import cache_root
 
-    root = Path(os.environ.get("XLGEN_CACHE") or Path.home() / ".cache" / "xlgen")
+    root = cache_root()  # $XLGEN_CACHE, else $XDG_CACHE_HOME/xlgen, else ~/.cache/xlgen
     try:
         ensure_directory(root)
     except FileProblem as problem:

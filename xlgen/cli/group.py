@@ -40,7 +40,7 @@ def _friendly(fn):
             sim = sys.modules.get("xlgen.runtime.sim")  # (not imported up front: it loads numpy)
             if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was
                 click.echo(exc.report, err=True)
-                sys.exit(130 if exc.interrupted else 3)
+                sys.exit(130 if exc.interrupted else EXIT_HANG)
             # anything else is an xlgen bug, not the user's: say so, with where it happened
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             click.echo(
@@ -68,26 +68,75 @@ def _path() -> _PathArg:
     return _PathArg(path_type=Path)
 
 
+class SourceFile(click.ParamType):
+    """An .xl source to read: a file that opens as a readable regular file, else a usage error (exit
+    2, before anything runs). With `bundled`, a bare name that is no file here, such as `xl_spec`,
+    names a bundled pipeline (stages/NAME.xl, wherever the package is installed)."""
+
+    name = "file"
+
+    def __init__(self, bundled: bool = False):
+        self.bundled = bundled
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Path):
+            return value
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is not a path; name an .xl file", param, ctx)
+        from ..core.files import check_source_file
+
+        path = Path(value)
+        if self.bundled and not os.path.lexists(path) and os.sep not in value and "/" not in value:
+            from ..core.resources import bundled_pipelines
+
+            found = bundled_pipelines().get(value[:-3] if value.endswith(".xl") else value)
+            if found is not None:
+                return found
+        try:
+            check_source_file(path)
+        except FileProblem as problem:
+            message = problem.message
+            if self.bundled and not os.path.lexists(path):
+                from ..core.resources import bundled_pipelines
+
+                message += f" (bundled pipelines, by name: {', '.join(bundled_pipelines()) or 'none'})"
+            self.fail(message, param, ctx)
+        return path
+
+
 def _shown(path) -> str:
     """A path as text any terminal takes (a name that is not UTF-8 keeps its odd bytes escaped)."""
     return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group; it keeps the command line it was given (for --json's `argv`)."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta.setdefault("xlgen_argv", list(args))
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="xlgen")
 def main():
     """xlgen: compile .xl pipelines to a CUDA persistent mega-kernel and a bit-exact Python simulator.
 
     Exit codes of sim, diff, run, bench and demo: 0 every request finished without error; 1 compile
     error, backends disagree, or a check of the pipeline's companion failed (an invariant, the
-    reference); 2 usage or workload error (nothing ran); 3 GPU hang; 4 a request failed (runtime
-    error or watchdog).
+    reference); 2 usage or input error: a bad option, workload, or a source file that is missing
+    or unreadable (nothing ran); 3 stopped at --timeout, on any backend (the simulator's
+    --timeout, or a GPU kernel that did not finish: a hang), with a report of where each request
+    was; 4 a request failed (runtime error or watchdog); 130 interrupted (Ctrl-C). A bundled
+    pipeline can be named without its path: `xlgen diff xl_spec -w small`.
 
     \b
     Examples:
       xlgen check stages/xl_spec.xl      # diagnostics only
-      xlgen fmt --check stages/*.xl      # is the source canonically formatted?
+      xlgen fmt --check stages/*.xl      # is the source canonically formatted? (prints the diff)
       xlgen build stages/xl_spec.xl -o generated/
+      xlgen diff xl_spec -w small --json result.json   # the bundled pipeline; results as JSON
+      xlgen doctor                       # what is installed, what is missing, how to fix it
     """
 
 
@@ -102,10 +151,10 @@ EXIT_OK = 0  # every request finished without error (and, for diff/bench, every 
 EXIT_MISMATCH = 1  # a compile error, or backends that disagree
 
 
-EXIT_USAGE = 2  # bad options or workload: nothing ran
+EXIT_USAGE = 2  # bad options, workload or source file (missing, unreadable): nothing ran
 
 
-EXIT_HANG = 3  # the GPU kernel did not finish in --timeout; a hang report was printed
+EXIT_HANG = 3  # stopped at --timeout on any backend (the simulator's, or a GPU kernel that hung); a report was printed
 
 
 EXIT_REQUESTS_FAILED = 4  # the run finished, but a request failed (runtime error or watchdog)

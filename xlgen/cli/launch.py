@@ -3,6 +3,7 @@ options (--workload, --count, --max-active, --param, --weights, --gpus), running
 summaries."""
 
 from __future__ import annotations
+import contextlib
 import math
 import os
 import re
@@ -158,7 +159,7 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
     from ..runtime import gpu
 
     if not gpu.available():
-        raise click.UsageError("the gpu backend needs CuPy and an NVIDIA GPU (pip install 'xlgen[gpu]')")
+        raise click.UsageError("the gpu backend needs CuPy and an NVIDIA GPU (`xlgen doctor` says how to install them)")
     mode = "fast" if backend == "gpu-fast" else "deterministic"
     try:
         return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout,
@@ -221,8 +222,10 @@ def _check_show(compiled, show: str | None) -> list[str]:
         raise click.UsageError(f"--show {show!r}: give comma-separated request field names, e.g. --show a,b")
     for name in names:
         if name not in fields:
+            scalars = [f for f, decl in fields.items() if not _is_array(decl)]
             raise click.UsageError(f"--show: '{name}' is not a request field of pipeline {compiled.name}"
-                                   f"{did_you_mean(name, fields)}")
+                                   f"{did_you_mean(name, fields)} (its scalar request fields: "
+                                   f"{', '.join(scalars) or 'none'})")
         if _is_array(fields[name]):
             raise click.UsageError(f"--show: '{name}' is an array ({fields[name].type}); --show prints scalar fields "
                                    "(--trace prints traced arrays)")
@@ -333,3 +336,71 @@ def _sharded(work, compiled, file, gpus: int, backend: str, address):
         sys.exit(EXIT_HANG if exc.hang else EXIT_REQUESTS_FAILED)
     finally:
         pool.close()
+
+
+_JSON = click.option(
+    "--json", "json_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Also write the results as JSON (schema xlgen.result/1, docs/results_json.md): per-request results, "
+         "every metric at full precision, records by kind, the exit status; written atomically, never through "
+         "a symbolic link.")
+
+
+def _json_results(command: str):
+    """The --json FILE option of a running command: the command fills the document that
+    `_json_doc()` gives it, and it is written however the command ends (`_json_result`)."""
+    def decorate(fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, json_path=None, **kwargs):
+            with _json_result(json_path, command, kwargs.get("file")) as doc:
+                click.get_current_context().meta["xlgen_json"] = doc
+                return fn(*args, **kwargs)
+
+        return _JSON(wrapper)
+
+    return decorate
+
+
+def _json_doc() -> dict | None:
+    """The --json document being filled (None without --json)."""
+    context = click.get_current_context(silent=True)
+    return context.meta.get("xlgen_json") if context is not None else None
+
+
+@contextlib.contextmanager
+def _json_result(json_path, command: str, file):
+    """`with _json_result(path, "sim", file) as doc:` the command fills `doc` (None without --json);
+    whatever exit the block takes (sys.exit, a --timeout stop, Ctrl-C, a compile error, a companion
+    that fails) writes it with that exit status. A usage error writes nothing: nothing ran."""
+    if json_path is None:
+        yield None
+        return
+    from ..core.files import FileProblem
+    from ..tools import results
+
+    _check_output_path(json_path, "--json")
+    try:
+        results.check_path(json_path)
+    except FileProblem as problem:
+        raise click.UsageError(f"--json {json_path}: {problem.message}") from None
+    doc = results.new_document(command, file, click.get_current_context().meta.get("xlgen_argv"))
+    try:
+        yield doc
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        results.write(json_path, results.finish(doc, code))
+        raise
+    except Exception as exc:
+        from ..core.diagnostics import CompileError
+        from ..tools.companion import CompanionError
+
+        sim = sys.modules.get("xlgen.runtime.sim")
+        if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was
+            doc["stopped"] = exc.report
+            results.write(json_path, results.finish(doc, 130 if exc.interrupted else EXIT_HANG))
+        elif isinstance(exc, (CompileError, CompanionError)):  # exit code 1, with what the error says
+            doc["error"] = exc.render() if isinstance(exc, CompileError) else exc.message
+            results.write(json_path, results.finish(doc, 1))
+        raise
+    results.write(json_path, results.finish(doc, 0))

@@ -7,8 +7,8 @@ import click
 from ..tools.progress import progress_bar
 from ..tools import tool_options as tools
 from ..tools.tool_options import INVARIANTS_OPTION, report_options
-from .group import BACKENDS, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
-from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
+from .group import BACKENDS, SourceFile, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
+from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _json_doc, _json_results, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
 
 
 @main.command(epilog="""\b
@@ -19,8 +19,9 @@ Examples:
   xlgen sim examples/token_budget/token_budget.xl --param budget=16 --report budget
   xlgen sim stages/xl_spec.xl -w kv_pressure --report kv               # the KV cache's residency report
   xlgen sim stages/xl_spec.xl -w kv_pressure --plot kv=kv.png          # KV occupancy per round
+  xlgen sim xl_spec -w small --json sim.json       # the bundled pipeline by name; results as JSON
 """)
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
 @click.option("--show", default=None, help="Comma-separated request fields to print per request.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print every trace record.")
@@ -28,6 +29,7 @@ Examples:
 @INVARIANTS_OPTION
 @_SIM_TIMEOUT
 @_friendly
+@_json_results("sim")
 def sim(file, workload_name, count, max_active, param_overrides, show, show_trace, reports, plots, kv_report,
         kv_plot, check_invariants, sim_timeout=None):
     """Run FILE's simulator (the executable specification) on a workload.
@@ -39,7 +41,9 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     pipeline declares, its output count, latency in rounds, TTFT and inter-token
     latency with `progress`, and its companion's) and the companion's invariants,
     checked after every round. Options and the workload are checked before the run.
-    Exit codes: docs/workloads.md ("Exit codes"); a violated invariant is 1.
+    Exit codes: 0 every request finished without error, 1 a violated invariant, 2 usage, 3
+    stopped at --timeout, 4 a request failed (docs/workloads.md, "Exit codes"). --json FILE
+    writes the results as data (docs/results_json.md).
     """
     import numpy as np
 
@@ -85,6 +89,13 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     _print_metrics(compiled, module, workload, result)
     held = tools.finish_invariants(checker, [tools.make_run(compiled, module, workload, result)])
     tools.produce(compiled, module, workload, result, want)
+    doc = _json_doc()
+    if doc is not None:
+        from ..tools import results
+
+        results.describe_launch(doc, compiled, module, workload)
+        doc["runs"].append(results.run_entry(compiled, module, workload, result))
+        doc["checks"]["invariants"] = held if checker is not None else None
     if not held:
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
@@ -96,8 +107,9 @@ Examples:
   xlgen diff stages/xl_spec.xl -w mixed --backend cpu
   xlgen diff my.xl -w my_requests.json --backend gpu,gpu-fast
   xlgen diff examples/token_budget/token_budget.xl --param budget=8 --count 40
+  xlgen diff xl_spec -w small --backend cpu --json diff.json   # the bundled pipeline; results as JSON
 """)
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
 @click.option("--backend", "backends", default=None,
               help="Comma-separated backends to compare against the simulator: cpu, gpu, gpu-fast "
@@ -105,6 +117,7 @@ Examples:
 @INVARIANTS_OPTION
 @_SIM_TIMEOUT
 @_friendly
+@_json_results("diff")
 def diff(file, workload_name, count, max_active, param_overrides, backends, check_invariants, sim_timeout=None):
     """Run FILE on the simulator and other backends and compare their traces bit for bit.
 
@@ -115,8 +128,9 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     state, and its reference decoder against every finished request's output.
     Exit code 0 only when everything agrees and every request finished without
     error; 1 when backends disagree, an invariant is violated or an output differs
-    from the reference; 4 when all agree but a request failed (docs/workloads.md,
-    "Exit codes").
+    from the reference; 2 usage; 3 the simulator stopped at --timeout; 4 when all agree
+    but a request failed (docs/workloads.md, "Exit codes"). --json FILE writes every
+    backend's results and the comparisons as data (docs/results_json.md).
     """
     from ..tools.diff import committed_output_fields, compare, compare_results
 
@@ -137,16 +151,25 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
 
             if not gpu.available():
                 raise click.UsageError(f"--backend {backends}: the gpu backends need CuPy and an NVIDIA GPU "
-                                       "(pip install -e '.[gpu]')")
+                                       "(`xlgen doctor` says how to install them)")
     checker = tools.invariant_checker(compiled, module, workload, check_invariants)
     observer = checker.observer if checker is not None and checker.per_round else None
+    doc = _json_doc()
+    if doc is not None:
+        from ..tools import results
+
+        results.describe_launch(doc, compiled, module, workload)
     reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout, observer=observer)
     click.echo(_summary(compiled, reference, workload.config.max_active))
     runs = [tools.make_run(compiled, module, workload, reference)]
+    if doc is not None:
+        doc["runs"].append(results.run_entry(compiled, module, workload, reference))
     failed = False
     for backend in chosen:
         other = _run_backend(backend, compiled, workload)
         runs.append(tools.make_run(compiled, module, workload, other))
+        if doc is not None:
+            doc["runs"].append(results.run_entry(compiled, module, workload, other))
         click.echo(_summary(compiled, other, workload.config.max_active))
         if backend == "gpu-fast":  # schedule-dependent traces: compare the committed result
             divergence = compare_results(compiled.program, reference, other, committed_output_fields(compiled.program))
@@ -157,9 +180,17 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
         else:
             failed = True
             click.echo(divergence.render())
-    if not tools.finish_invariants(checker, runs):
-        failed = True
-    if not tools.reference_check(compiled, runs[0]):
+        if doc is not None:
+            doc["comparisons"].append({"reference": "sim", "backend": backend,
+                                       "compared": "output" if backend == "gpu-fast" else "traces and state",
+                                       "identical": divergence is None,
+                                       "divergence": None if divergence is None else divergence.render()})
+    invariants_held = tools.finish_invariants(checker, runs)
+    reference_held = tools.reference_check(compiled, runs[0])
+    if doc is not None:
+        doc["checks"] = {"invariants": invariants_held if checker is not None else None,
+                         "reference": reference_held}
+    if not invariants_held or not reference_held:
         failed = True
     if failed:
         sys.exit(EXIT_MISMATCH)
@@ -173,8 +204,9 @@ Examples:
   xlgen run stages/xl_spec.xl -w kv_pressure --report kv --plot kv=kv.png
   xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
   xlgen run examples/gemv/gemv.xl --weights w.npz --team-warps 8      # 8 warps per request
+  xlgen run xl_spec -w mixed --json run.json           # the bundled pipeline; results as JSON
 """)
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
 @click.option("--mode", type=click.Choice(["deterministic", "fast"]), default="deterministic", show_default=True)
 @click.option("--timeout", type=Seconds(), default=120.0, show_default=True,
@@ -185,6 +217,7 @@ Examples:
 @report_options
 @_GPUS_OPTIONS
 @_friendly
+@_json_results("run")
 def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, team_warps, reports, plots,
             kv_report, kv_plot, gpus=None, address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
@@ -194,7 +227,7 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
     --gpus N shards the requests over N GPUs (round-robin by request id; a
     mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
     total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
-    3 hang, 4 a request failed (docs/workloads.md, "Exit codes").
+    3 stopped at --timeout (a hang), 4 a request failed (docs/workloads.md, "Exit codes").
     """
     want = tools.wanted(reports, plots, kv_report, kv_plot)
     if mode == "fast" and want:
@@ -212,6 +245,7 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
                        "gpu" if mode == "deterministic" else "gpu-fast", address)
         click.echo(_summary(compiled, run.result))
         click.echo(run.table())
+        _json_run(compiled, module, workload, run.result)
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
     tools.check_wanted(compiled, module, workload, want, _check_output_path)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout,
@@ -222,7 +256,18 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
                f"{timing.barriers} grid barriers")
     _print_metrics(compiled, module, workload, result, result.extra.get("round_end_ns"))
     tools.produce(compiled, module, workload, result, want)
+    _json_run(compiled, module, workload, result)
     sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(result) else EXIT_OK)
+
+
+def _json_run(compiled, module, workload, result) -> None:
+    """With --json: the pipeline, the workload and this run."""
+    doc = _json_doc()
+    if doc is not None:
+        from ..tools import results
+
+        results.describe_launch(doc, compiled, module, workload)
+        doc["runs"].append(results.run_entry(compiled, module, workload, result))
 
 
 @main.command(epilog="""\b
@@ -266,8 +311,8 @@ def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
         from ..runtime import gpu
 
         if not gpu.available():
-            raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]'); --no-gpu runs "
-                                   "the simulator and the CPU build only")
+            raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (`xlgen doctor` says how to install them); "
+                                   "--no-gpu runs the simulator and the CPU build only")
     if real:
         if ctx.get_parameter_source("workload_name") is not ParameterSource.DEFAULT:
             raise click.UsageError("--real runs the bundled prompts (--prompts picks some), not a workload (-w)")
@@ -294,20 +339,20 @@ def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
 @main.command(epilog="""\b
 Examples:
   xlgen bench stages/xl_spec.xl -w mixed
-  xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --json bench.json --markdown bench.md
+  xlgen bench stages/xl_spec.xl -w mixed --repeats 10 --markdown bench.md
+  xlgen bench xl_spec -w mixed --json bench.json      # the bundled pipeline; results as JSON
   xlgen bench stages/xl_spec.xl -w kv_pressure          # with the companion's KV cache metrics
   xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
 """)
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
 @click.option("--repeats", type=AsciiInt(1, 10_000), default=5, show_default=True,
               help="Timed runs per variant (after a warm-up), 1..10000.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the report as JSON.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
 @_GPUS_OPTIONS
 @_friendly
-def bench(file, workload_name, count, max_active, param_overrides, repeats, json_path, md_path, gpus=None,
-          address=None):
+@_json_results("bench")
+def bench(file, workload_name, count, max_active, param_overrides, repeats, md_path, gpus=None, address=None):
     """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
 
     The report includes the batch's slot utilisation (busy request-rounds over
@@ -315,13 +360,14 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
     deterministic mega-kernel on one GPU against the requests sharded over N GPUs
     (per-GPU and total tokens/s; committed tokens checked equal to the 1-GPU run's
     and to plain greedy decoding's). Exit codes: 0 all variants agree and every
-    request finished, 1 a variant disagrees, 2 usage, 3 hang, 4 a request failed
-    (docs/workloads.md, "Exit codes").
+    request finished, 1 a variant disagrees, 2 usage, 3 stopped at the timeout (a
+    hang), 4 a request failed (docs/workloads.md, "Exit codes"). --json FILE writes
+    the report, the reference run's per-request results and every metric as data
+    (schema xlgen.result/1, docs/results_json.md; the report itself under "bench").
     """
-    from ..tools.bench import run_bench, save
+    from ..tools.bench import run_bench
     from ..runtime import gpu
 
-    _check_output_path(json_path, "--json")
     _check_output_path(md_path, "--markdown")
     if gpus is None and address is not None:
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
@@ -332,27 +378,42 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
         report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
                           address)
         click.echo(report.table())
-        if json_path:
-            import json
-
-            json_path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        _json_bench(compiled, module, workload, report, report.sharded[-1].result if report.sharded else None)
         if md_path:
             md_path.write_text(report.markdown() + "\n")
         if not report.identical:
             sys.exit(EXIT_MISMATCH)
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
     if not gpu.available():
-        raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (pip install -e '.[gpu]')")
+        raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (`xlgen doctor` says how to install them)")
     try:
         report = run_bench(compiled, workload, repeats=repeats)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
         sys.exit(EXIT_HANG)
     click.echo(report.table())
-    if json_path:
-        save(report, json_path)
+    _json_bench(compiled, module, workload, report, getattr(report, "reference_result", None))
     if md_path:
         md_path.write_text(report.markdown() + "\n")
     if not all(v.identical for v in report.variants):
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)
+
+
+def _json_bench(compiled, module, workload, report, result) -> None:
+    """With --json: the bench report (every variant's timings, the metrics) and the reference run."""
+    doc = _json_doc()
+    if doc is not None:
+        from ..tools import results
+
+        results.describe_launch(doc, compiled, module, workload)
+        doc["bench"] = report.to_json()
+        if result is not None:
+            doc["runs"].append(results.run_entry(compiled, module, workload, result))
+        if hasattr(report, "variants"):
+            doc["comparisons"] = [{"reference": "mega-deterministic", "backend": v.variant, "identical": v.identical,
+                                   "compared": "output" if v.variant == "mega-fast" else "traces and state",
+                                   "divergence": None} for v in report.variants]
+        else:  # --gpus N: the sharded run's committed tokens against the 1-GPU run's
+            doc["comparisons"] = [{"reference": "1 GPU", "backend": f"{report.gpus} GPUs",
+                                   "identical": report.identical, "compared": "output", "divergence": None}]

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from ..core.diagnostics import CompileError, render_all
 from ..core.files import FileProblem
-from .group import _friendly, _path, _shown, main
+from .group import SourceFile, _friendly, _path, _shown, main
 
 
 EPILOG_CHECK = """\b
@@ -19,7 +19,7 @@ Examples:
 
 
 @main.command(epilog=EPILOG_CHECK)
-@click.argument("files", nargs=-1, required=True, type=_path())
+@click.argument("files", nargs=-1, required=True, type=SourceFile(bundled=True))
 @click.option("--werror", is_flag=True, help="Treat warnings as errors.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
 @_friendly
@@ -52,11 +52,13 @@ def check(files, werror, quiet):
 @main.command(epilog="""\b
 Examples:
   xlgen fmt stages/xl_spec.xl            # rewrite in place
-  xlgen fmt --check stages/*.xl          # exit 1 if any file would change
+  xlgen fmt --check stages/*.xl          # exit 1 and print the diff if any file would change
   xlgen fmt --stdout stages/kv.xl
 """)
-@click.argument("files", nargs=-1, required=True, type=_path())
-@click.option("--check", "check_only", is_flag=True, help="Only report files that are not canonically formatted.")
+@click.argument("files", nargs=-1, required=True, type=SourceFile())
+@click.option("--check", "check_only", is_flag=True,
+              help="Change nothing: print a unified diff of what formatting would change (stdout) and name "
+                   "each such file (stderr); exit 1 if there is any.")
 @click.option("--stdout", is_flag=True, help="Print the formatted text instead of rewriting the file.")
 @_friendly
 def fmt(files, check_only, stdout):
@@ -81,13 +83,24 @@ def fmt(files, check_only, stdout):
             click.echo(formatted, nl=False)
         elif formatted != text:
             unformatted.append(path)
-            if not check_only:
+            if check_only:  # what would change, as a unified diff (on stdout; the verdict on stderr)
+                click.echo(_unified_diff(path, text, formatted), nl=False)
+            else:
                 _write_formatted(path, formatted)
                 click.echo(f"formatted {_shown(path)}")
     if check_only and unformatted:
         for path in unformatted:
             click.echo(f"would reformat {_shown(path)}", err=True)
         sys.exit(1)
+
+
+def _unified_diff(path: Path, text: str, formatted: str) -> str:
+    import difflib
+
+    name = _shown(path)
+    lines = difflib.unified_diff(text.splitlines(keepends=True), formatted.splitlines(keepends=True),
+                                 f"{name} (as it is)", f"{name} (formatted)")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def _write_formatted(path: Path, text: str) -> None:
@@ -107,7 +120,7 @@ Examples:
   xlgen build stages/xl_spec.xl -o generated/
   xlgen build my_pipeline.xl -o build/ --check   # exit 1 if build/ is stale
 """)
-@click.argument("file", type=_path())
+@click.argument("file", type=SourceFile(bundled=True))
 @click.option("-o", "--out", "out_dir", type=_path(), default=Path("generated"),
               show_default=True, help="Directory for the generated files.")
 @click.option("--check", "check_only", is_flag=True, help="Do not write; exit 1 if any generated file would change.")
@@ -129,7 +142,7 @@ Examples:
   xlgen graph stages/xl_spec.xl                 # DOT on stdout
   xlgen graph stages/xl_spec.xl -o states.png   # a picture (needs Graphviz's `dot`)
 """)
-@click.argument("file", type=_path())
+@click.argument("file", type=SourceFile(bundled=True))
 @click.option("-o", "--out", "out_path", type=_path(), default=None,
               help="Write here: .dot as text; .png/.svg/.pdf rendered with Graphviz.")
 @_friendly

@@ -29,8 +29,8 @@ class FileProblem(Exception):
         self.message = message
 
 
-def read_source_bytes(path: Path) -> bytes:
-    """The bytes of a source file; FileProblem unless it is a readable regular file of at most 1 MiB."""
+def _open_source(path: Path) -> int:
+    """An open descriptor of the readable regular file `path`; FileProblem otherwise."""
     name = str(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
@@ -47,6 +47,26 @@ def read_source_bytes(path: Path) -> bytes:
             raise FileProblem(path, f"'{name}' is a directory, not an .xl file")
         if not stat.S_ISREG(mode):
             raise FileProblem(path, f"'{name}' is not a regular file (a {_kind(mode)}); give an .xl file")
+    except OSError as exc:
+        os.close(fd)
+        raise FileProblem(path, _cannot_read(name, exc)) from None
+    except FileProblem:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_source_file(path: Path) -> None:
+    """FileProblem unless `path` can be opened as a readable regular file (its content is not read):
+    the command line refuses a source it cannot open as a usage error, before anything runs."""
+    os.close(_open_source(path))
+
+
+def read_source_bytes(path: Path) -> bytes:
+    """The bytes of a source file; FileProblem unless it is a readable regular file of at most 1 MiB."""
+    name = str(path)
+    fd = _open_source(path)
+    try:
         data = _read_at_most(fd, MAX_SOURCE_BYTES + 1)  # not st_size: a file may grow while it is read
     except OSError as exc:
         raise FileProblem(path, _cannot_read(name, exc)) from None

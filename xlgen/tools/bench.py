@@ -155,7 +155,9 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
         metrics.update(pipeline_metrics(compiled, workload, reference))
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = name.decode() if isinstance(name, bytes) else str(name)
-    return BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)
+    report = BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)
+    report.reference_result = reference  # the deterministic run the others are compared with (not in to_json)
+    return report
 
 
 def save(report: BenchReport, path) -> None:

@@ -6,7 +6,7 @@
     def test_backends_agree():
         assert_backends_agree("my_pipeline.xl", workload="my_requests.json")
 
-or, with the `xl_diff` fixture this module registers as a pytest plugin:
+or, with the `xl_diff` fixture of xlgen's pytest plugin (xlgen.tools.pytest_plugin):
 
     def test_backends_agree(xl_diff):
         xl_diff("my_pipeline.xl", inputs=[{"seed": 1}, {"seed": 2}], max_active=2)
@@ -112,12 +112,7 @@ def assert_backends_agree(source: str | Path, workload: str | Path | None = None
     return results
 
 
-try:  # the fixture, when pytest is present (this module is registered as a pytest11 plugin)
-    import pytest
-
-    @pytest.fixture
-    def xl_diff():
-        """`xl_diff(source, workload=None, **options)`: assert_backends_agree as a fixture."""
-        return assert_backends_agree
+try:  # installs registered before the plugin moved name this module as the pytest11 plugin
+    from .pytest_plugin import xl_diff  # noqa: F401
 except ImportError:  # pragma: no cover - pytest is optional at run time
     pass
