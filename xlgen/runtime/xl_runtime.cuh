@@ -852,6 +852,80 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
 #endif
 }
 
+#if XL_ON_GPU
+// Lane l ends with the sum of row l of the 32 rows whose partials it holds (part[r]: its
+// partial of row r): the butterfly of xl_reduce_sum for 32 rows at once. At step k each lane
+// keeps the half of its rows whose bit k matches its own and adds its partner's partial of
+// them (own + other, as there), sending the other half: 31 shuffles instead of 32 x 5.
+template <typename T>
+XL_DEVICE T xl_transposed_sum(T (&part)[32]) {
+    const unsigned lane = threadIdx.x & 31u;
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) {
+        const bool upper = (lane & (unsigned)k) != 0u;
+#pragma unroll
+        for (int r = 0; r < k; ++r) {
+            const T send = upper ? part[r] : part[r + k];
+            const T keep = upper ? part[r + k] : part[r];
+            part[r] = xl_sum_add(keep, __shfl_xor_sync(0xFFFFFFFFu, send, k));
+        }
+    }
+    return part[0];
+}
+#endif
+
+// A lanes loop whose iterations start with sums over ranges that are the same in every
+// iteration (emit_cpp.py, `rows form`), on its fast path: `elem(i, k, j)` is element j of sum k
+// of iteration i (it cannot fail); `rest(i, sums, e)` the rest of iteration i. On the GPU a warp
+// takes 32 iterations at a time: lane l holds its partials of all 32 rows (element l, l + 32, ...
+// in order, as xl_reduce_sum), a transposed butterfly leaves row l's sum in lane l, and lane l
+// runs the rest of iteration l on its own. The same bits as the iteration-per-warp loop, with
+// 32 rows' loads in flight per lane instead of one row's.
+template <typename T, int NSums, bool EntrySync, typename Elem, typename Rest>
+XL_DEVICE void xl_lanes_rows(XlErr& err, int32_t key, int32_t lo, int32_t hi, const int32_t (&bounds)[2 * NSums],
+                             Elem elem, Rest rest) {
+    XlLaneErr first = {XL_NO_INDEX, 0, 0};
+#if XL_ON_GPU
+    if (EntrySync) XL_TEAM_SYNC();
+    const int64_t warp = (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS;
+    for (int64_t i0 = (int64_t)lo + 32 * warp; i0 < (int64_t)hi; i0 += 32 * XL_TEAM_WARPS) {
+        T sums[NSums];
+#pragma unroll
+        for (int k = 0; k < NSums; ++k) {
+            T part[32];
+#pragma unroll
+            for (int r = 0; r < 32; ++r) {
+                part[r] = xl_sum_identity<T>();
+                if (i0 + r < (int64_t)hi) {
+                    for (int64_t j = (int64_t)bounds[2 * k] + XL_LANE; j < (int64_t)bounds[2 * k + 1]; j += 32)
+                        part[r] = xl_sum_add(part[r], elem((int32_t)(i0 + r), k, (int32_t)j));
+                }
+            }
+            sums[k] = xl_transposed_sum(part);
+        }
+        const int64_t i = i0 + XL_LANE;
+        if (i < (int64_t)hi) {
+            XlErr e = {0, 0, 0};
+            rest((int32_t)i, sums, e);
+            xl_lane_err_note(first, i, e);
+        }
+    }
+#else
+    (void)EntrySync;
+    for (int64_t i = lo; i < (int64_t)hi; ++i) {
+        XlErr e = {0, 0, 0};
+        T sums[NSums];
+        for (int k = 0; k < NSums; ++k) {
+            sums[k] = xl_reduce_sum<T, false>(e, key, bounds[2 * k], bounds[2 * k + 1],
+                                              [&](int32_t j, XlErr&) { return elem((int32_t)i, k, j); });
+        }
+        rest((int32_t)i, sums, e);
+        xl_lane_err_note(first, i, e);
+    }
+#endif
+    xl_team_err_finish(err, key, first);
+}
+
 // The best of (value, index) pairs: the greatest (or least) key, ties to the lower index;
 // index XL_NO_INDEX is "no element yet". Every order of combining gives the same pair.
 template <typename T>

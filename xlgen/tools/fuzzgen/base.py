@@ -15,6 +15,7 @@ class Generator(ExpressionGen, StatementGen, ProgramGen):
     def __init__(self, seed: int, nasty_names: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
+        self.shape_rng = random.Random(f"shapes {seed}")  # new shapes on streams of their own
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs

@@ -226,7 +226,8 @@ class StatementGen:
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
         ctx.loops += 1
-        body = self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
+        body = self.rows_head(ctx, var, ind + 1) if self.shape_rng.random() < 0.5 else []
+        body += self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
         for a in written:  # every written array gets at least one store
             value = self.expr(ctx, a.type.elem, 2)
             body.append(f"{pad}    {a.name}[{offsets[a.name]}] = {value.text}")
@@ -237,15 +238,33 @@ class StatementGen:
         self.pop(ctx)
         return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
 
-    def reduction(self, ctx: Ctx, ind: int) -> list[str]:
-        op = self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
-        t = self.pick(["f32", "f32", "i32", "u32"])
+    def rows_head(self, ctx: Ctx, var: str, ind: int) -> list[str]:
+        """The head of a matrix-vector iteration, the shape the GPU runs 32 iterations per warp
+        at a time (emit_cpp.py, rows form): a row and a column from the iteration's index, then
+        one to three sums of one type over the same constant range. Decided on a stream of its
+        own (`shape_rng`), so programs without it are those their seeds always gave."""
+        pad = "    " * ind
+        width = self.pick([2, 4, 8, 32])
+        row, col = self.new_local(ctx, "t"), self.new_local(ctx, "c")
+        lines = [f"{pad}let {row} = {var} / {width}", f"{pad}let {col} = {var} % {width}"]
+        ctx.scopes[-1][row] = Sym(row, "i32", mutable=False)
+        ctx.scopes[-1][col] = Sym(col, "i32", mutable=False)
+        t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
+        for _ in range(self.rng.randrange(1, 4)):
+            lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
+        return lines
+
+    def reduction(self, ctx: Ctx, ind: int, op: str | None = None, t: str | None = None, bounds=None) -> list[str]:
+        op = op or self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
+        t = t or self.pick(["f32", "f32", "i32", "u32"])
         # over a row of a pool, now and then (not one the enclosing lanes loop writes: read where written)
         rows = [p for p in self.pools if len(p.dims) > 1 and not (ctx.lanes and p.name in ctx.lanes)]
         row = self.pick(rows) if rows and self.chance(0.4) else None
         if row is not None:
             t = row.elem
-        lo, hi, rng = self.lane_range(ctx, row.dims[-1] if row else self.pick([3, 8, 32, 40]))
+        if bounds is not None:
+            row = None
+        lo, hi, rng = bounds or self.lane_range(ctx, row.dims[-1] if row else self.pick([3, 8, 32, 40]))
         var = self.new_local(ctx, "j")
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.reduction = True
