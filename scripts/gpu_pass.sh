@@ -30,20 +30,21 @@ for part in "$@"; do
     echo "== $part $(date +%T)"
     case $part in
     tests)
-        timeout 420 python3 -m pytest -m gpu -n 12 -q 2>&1 | tail -40 | tee "$OUT/tests.txt" ;;
+        timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -m gpu -n 12 -q -rfE --timeout=${TEST_TIMEOUT:-240} ${TESTS:-} 2>&1 | grep -v -i benchmark > "$OUT/tests.txt"
+        tail -25 "$OUT/tests.txt" ;;
     bench)
-        in_tree "$ROOT" python3 scripts/real_bench.py -o "$OUT/bench_new" --team-warps 16 --batches 1,8 \
-            --repeats 3 --torch-modes graph_kv 2>&1 | tail -30
+        in_tree "$ROOT" timeout ${BENCH_TIMEOUT:-300} python3 scripts/real_bench.py -o "$OUT/bench_new" --team-warps 16 \
+            --batches 1,8 --repeats 3 --torch-modes graph_kv 2>&1 | tee "$OUT/bench_new.log" | tail -30
         if [ -d .base/xlgen ]; then
-            in_tree "$ROOT/.base" python3 scripts/real_bench.py -o "$OUT/bench_base" --team-warps 16 \
-                --batches 1,8 --repeats 3 --no-torch 2>&1 | tail -30
+            in_tree "$ROOT/.base" timeout ${BENCH_TIMEOUT:-300} python3 scripts/real_bench.py -o "$OUT/bench_base" \
+                --team-warps 16 --batches 1,8 --repeats 3 --no-torch 2>&1 | tee "$OUT/bench_base.log" | tail -30
         fi ;;
     limit)
         OUT=$OUT/limit timeout 300 bash .calib/real_limit/run_gpu.sh . bc 2>&1 | tail -30 ;;
     ncu)
         for tree in "$ROOT" "$ROOT/.base"; do
             [ -d "$tree/xlgen" ] || continue
-            in_tree "$tree" python3 "$ROOT/scripts/inst_per_mac.py" "$OUT/ncu_$(basename "$tree").json" 2>&1 | tail -12
+            in_tree "$tree" timeout 300 python3 "$ROOT/scripts/inst_per_mac.py" "$OUT/ncu_$(basename "$tree").json" 2>&1 | tail -12
         done ;;
     fuzz)
         for team in 1 4 8 16; do

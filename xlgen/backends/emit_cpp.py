@@ -412,6 +412,8 @@ class CppEmitter:
         if not sums or any(isinstance(st, ir.Reduce) for st in ir.statements(rest)):
             return None
         names_of_sums = {r.name for r in sums}
+        if any(_calls_warp_code(st) for st in ir.statements(body)):
+            return None  # a lane of its own runs the rest: nothing there may need the whole warp
         self.fast = bound is not None
         try:
             if any(self.raises(st.value) == ALWAYS for st in prefix):
@@ -630,6 +632,21 @@ class CppEmitter:
             out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
                         "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
         return out
+
+
+def _calls_warp_code(st) -> bool:
+    """Whether a statement calls a `warp` builtin (all 32 lanes must call it) or a helper (which
+    might), in any of its expressions."""
+    def calls(e) -> bool:
+        if isinstance(e, ir.Call) and (e.warp or not e.builtin):
+            return True
+        return any(calls(c) for c in ranges._children(e))
+    exprs = [getattr(st, n) for n in ("value", "expr", "index", "start", "stop", "cond")
+             if isinstance(getattr(st, n, None), ir.Expr)]
+    exprs += list(getattr(st, "indices", ()))
+    if isinstance(st, ir.If):
+        exprs += [cond for cond, _ in st.arms]
+    return any(calls(e) for e in exprs)
 
 
 def _locals_read(e) -> set[str]:

@@ -889,17 +889,19 @@ XL_DEVICE void xl_lanes_rows(XlErr& err, int32_t key, int32_t lo, int32_t hi, co
     if (EntrySync) XL_TEAM_SYNC();
     const int64_t warp = (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS;
     for (int64_t i0 = (int64_t)lo + 32 * warp; i0 < (int64_t)hi; i0 += 32 * XL_TEAM_WARPS) {
+        const int rows = (int)((int64_t)hi - i0 < 32 ? (int64_t)hi - i0 : 32);
         T sums[NSums];
-#pragma unroll
+#pragma unroll 1
         for (int k = 0; k < NSums; ++k) {
             T part[32];
 #pragma unroll
-            for (int r = 0; r < 32; ++r) {
-                part[r] = xl_sum_identity<T>();
-                if (i0 + r < (int64_t)hi) {
-                    for (int64_t j = (int64_t)bounds[2 * k] + XL_LANE; j < (int64_t)bounds[2 * k + 1]; j += 32)
-                        part[r] = xl_sum_add(part[r], elem((int32_t)(i0 + r), k, (int32_t)j));
-                }
+            for (int r = 0; r < 32; ++r) part[r] = xl_sum_identity<T>();
+            // Each step issues the 32 rows' loads of one element together.
+#pragma unroll 1
+            for (int64_t j = (int64_t)bounds[2 * k] + XL_LANE; j < (int64_t)bounds[2 * k + 1]; j += 32) {
+#pragma unroll
+                for (int r = 0; r < 32; ++r)
+                    if (r < rows) part[r] = xl_sum_add(part[r], elem((int32_t)(i0 + r), k, (int32_t)j));
             }
             sums[k] = xl_transposed_sum(part);
         }
