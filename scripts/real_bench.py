@@ -260,20 +260,31 @@ def bench_torch(mode: str, w, cfg, prompts: list[rp.Prompt], n_new: int, batch: 
 # ---- the hand-written limit (calib/real_limit) ---------------------------------------------------------------
 
 def run_limit(limit_dir: Path, parts: str, out: Path, timeout: float = 400.0) -> Path:
-    """Runs `bash LIMIT_DIR/run_gpu.sh ROOT PARTS` with OUT=out (it exports the bundled target from
-    this checkout, builds real_limit.cu with nvcc and runs each part in its own process); returns
-    the cuda.log it writes. Its stdout goes to out/run_gpu.log."""
+    """Runs `bash run_gpu.sh ROOT PARTS` of a writable copy of LIMIT_DIR with OUT=out (it exports the
+    bundled target from this checkout, builds real_limit.cu with nvcc and runs each part in its own
+    process); returns the cuda.log it writes. Its stdout goes to out/run_gpu.log."""
     script = limit_dir / "run_gpu.sh"
     if not script.is_file():
         raise rp.RealPairError(f"--limit-dir {limit_dir}: no run_gpu.sh there (copy the calibration folder: "
                                f"mkdir -p .calib && cp -r ../shared/calib/real_limit .calib/)")
+    import shutil
+    import stat
+    import tempfile
+
     out.mkdir(parents=True, exist_ok=True)
     log = out / "cuda.log"
     log.unlink(missing_ok=True)  # run_gpu.sh appends
     env = dict(os.environ, OUT=str(out.resolve()))
-    with open(out / "run_gpu.log", "w") as fh:
-        proc = subprocess.run(["bash", str(script.resolve()), str(ROOT), parts], stdout=fh, stderr=subprocess.STDOUT,
-                              env=env, timeout=timeout)
+    # run_gpu.sh writes the exported weights and its binary beside itself: run a writable copy (the
+    # calibration folder is read-only where it comes from, and 4 MB of weights need not come back in OUT)
+    with tempfile.TemporaryDirectory(prefix="real_limit-") as tmp:
+        work = Path(tmp) / "real_limit"
+        shutil.copytree(limit_dir, work)
+        for p in [work, *work.rglob("*")]:
+            p.chmod(p.stat().st_mode | stat.S_IWUSR | (stat.S_IXUSR if p.is_dir() else 0))
+        with open(out / "run_gpu.log", "w") as fh:
+            proc = subprocess.run(["bash", str(work / "run_gpu.sh"), str(ROOT), parts], stdout=fh,
+                                  stderr=subprocess.STDOUT, env=env, timeout=timeout)
     if not log.is_file():
         raise rp.RealPairError(f"{script}: wrote no cuda.log (exit {proc.returncode}; see {out / 'run_gpu.log'})")
     return log

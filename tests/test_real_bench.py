@@ -182,13 +182,22 @@ def test_limit_options_and_a_missing_folder(tmp_path):
 
 def test_run_limit_runs_the_script_and_reads_its_log(tmp_path):
     """A stand-in run_gpu.sh: called with the checkout and the parts, OUT set; its cuda.log is returned."""
-    (tmp_path / "run_gpu.sh").write_text('echo "$1 $2" > "$OUT/args"; cat "%s" >> "$OUT/cuda.log"\n' % LIMIT_LOG)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    (calib / "run_gpu.sh").write_text('echo "$1 $2" > "$OUT/args"; cat "%s" >> "$OUT/cuda.log"\n'
+                                      'cd "$(dirname "$0")" && touch weights.bin\n' % LIMIT_LOG)
+    (calib / "run_gpu.sh").chmod(0o444)
+    calib.chmod(0o555)  # read-only, as the shared calibration folder: run_gpu.sh runs in a writable copy
     out = tmp_path / "out"
     out.mkdir()
     (out / "cuda.log").write_text("stale\n")
-    log = rb.run_limit(tmp_path, "bc", out)
+    try:
+        log = rb.run_limit(calib, "bc", out)
+    finally:
+        calib.chmod(0o755)
     assert (out / "args").read_text().split() == [str(ROOT), "bc"]
     assert log.read_text() == LIMIT_LOG.read_text()  # appended to a fresh file, not the stale one
+    assert "denied" not in (out / "run_gpu.log").read_text() and not (calib / "weights.bin").exists()
 
 
 def test_whole_run_with_a_limit_log(tmp_path):
