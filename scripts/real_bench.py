@@ -39,6 +39,7 @@ bundled prompts x 128 tokens whatever --prompts and --n say (the row's note says
     python3 scripts/real_bench.py -o /tmp/rb --backend cpu --n 8 --prompts code_class --no-torch  # smoke test
     python3 scripts/real_bench.py -o $OUT --limit-dir .calib/real_limit --limit-parts bc   # + the hand-written limit
     python3 scripts/real_bench.py -o /tmp/rb --limit-log cuda.log ...    # its rows from a log of run_gpu.sh instead
+    python3 scripts/real_bench.py -o /tmp/rb --prompts-file models/bytes_pair/heldout_prompts.json --batches 1,8,32
 """
 
 from __future__ import annotations
@@ -445,7 +446,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batches", type=lambda s: _ints(s, "--batches"), default=[1, 8], help="default 1,8")
     ap.add_argument("--blocks", type=lambda s: _ints(s, "--blocks"), default=[1, 2, 4, 8],
                     help="fixed block sizes (default 1,2,4,8)")
-    ap.add_argument("--prompts", default=None, help="bundled prompts by name, kind or index (default: all 8)")
+    ap.add_argument("--prompts", default=None, help="prompts by name, kind or index (default: all of the file)")
+    ap.add_argument("--prompts-file", type=Path, default=None,
+                    help="the prompts (default: the 8 bundled, models/bytes_pair/prompts.json; e.g. "
+                         "models/bytes_pair/heldout_prompts.json, 72 held-out prompts: PyTorch's recorded tokens "
+                         "cover only the bundled ones, so = PyTorch compares those it has, every variant = plain)")
     ap.add_argument("--team-warps", type=lambda s: _ints(s, "--team-warps"), default=None,
                     help="warps per request of the mega-kernel, a list (default $XLGEN_TEAM_WARPS or 1)")
     ap.add_argument("--request-in-shared", default=None, metavar="MODES",
@@ -490,10 +495,11 @@ def run(args: argparse.Namespace) -> dict:
     from xlgen.backends.build import load
 
     binding = rp.load_binding()
-    prompts = rp.select_prompts(rp.load_prompts(), args.prompts)
+    prompts = rp.select_prompts(rp.load_prompts(args.prompts_file), args.prompts)
     rp.request_inputs(prompts, args.n, binding)  # every prompt fits, before anything runs
     weights = rp.load_weights(args.weights)
     recorded = rp.load_reference(args.reference, binding.reference_model)
+    with_record = [i for i, p in enumerate(prompts) if p.name in recorded]  # the held-out set has none
     compiled = load(args.pipeline or binding.pipeline_path())
     module = compiled.sim_module()
     rp.check_binding(compiled.program, binding)
@@ -504,6 +510,8 @@ def run(args: argparse.Namespace) -> dict:
     timed = next(p for p in __doc__.split("\n\n") if p.startswith("What is timed"))
     report = {"timed": " ".join(timed.split()), "backend": args.backend, "device": None,
               "torch": None, "n_new": args.n, "repeats": args.repeats, "prompts": [p.name for p in prompts],
+              "prompts_file": str(args.prompts_file or rp.prompts_file()),
+              "pytorch_compared": [prompts[i].name for i in with_record],
               "pipeline": str(args.pipeline or binding.pipeline_path()), "first_launch_s": {}, "rows": []}
     if args.backend == "gpu":
         import cupy
@@ -532,8 +540,9 @@ def run(args: argparse.Namespace) -> dict:
                     if plain is None:  # the first row: mega plain, the reference of every other
                         plain = answers
                         row.equal_plain = equal_count(answers, plain)
-                    if variant == "mega plain":
-                        agreement = rp.compare_run(answers, prompts, recorded, args.n)
+                    if variant == "mega plain" and with_record:  # the prompts PyTorch's tokens were recorded for
+                        agreement = rp.compare_run([answers[i] for i in with_record], [prompts[i] for i in with_record],
+                                                   recorded, args.n)
                         row.equal_pytorch = f"{sum(a.agrees for a in agreement)}/{len(agreement)}"
                         noise = all(a.within_noise for a in agreement)
                         report["pytorch_agrees"] = report.get("pytorch_agrees", True) and noise

@@ -255,3 +255,25 @@ def test_compiled_decoder_gives_greedy_tokens_on_cpu():
         assert dec.tokens(group) == ref
     assert len([k for k in tb.CompiledDecoder._compiled if k[1] == 2 and k[4] == "eager"]) == 1
     assert isinstance(tb.make_decoder("eager_kv", w, cfg, 1, "cpu", 3), tb.GraphDecoder)
+
+
+def test_a_prompts_file_without_recorded_tokens(tmp_path):
+    """--prompts-file: prompts PyTorch's tokens were not recorded for run and are checked against
+    plain greedy; = PyTorch covers the recorded ones only (here one of two)."""
+    held = json.loads((ROOT / "models/bytes_pair/heldout_prompts.json").read_text())["prompts"]
+    bundled = json.loads((ROOT / "models/bytes_pair/prompts.json").read_text())["prompts"]
+    doc = {"prompts": [held[-1], next(p for p in bundled if p["name"] == "random_0")]}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    n = 3
+    data = bytes.fromhex(doc["prompts"][1]["hex"])
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"models": {"target": [{"name": "random_0", "min_margin": 1.0, "margins": [1.0] * n,
+                                                      "tokens": [(data[k % len(data)] + 1) % 256 for k in range(n)]}]}}))
+    out = tmp_path / "out"
+    assert rb.main(["-o", str(out), "--backend", "cpu", "--pipeline", str(FAKE), "--n", str(n), "--repeats", "1",
+                    "--prompts-file", str(tmp_path / "p.json"), "--batches", "2", "--blocks", "2", "--no-torch",
+                    "--reference", str(ref)]) == 0
+    report = json.loads((out / "real_bench.json").read_text())
+    assert report["prompts"] == [held[-1]["name"], "random_0"] and report["pytorch_compared"] == ["random_0"]
+    assert [(r["variant"], r["equal_plain"], r["equal_pytorch"]) for r in report["rows"]] == [
+        ("mega plain", "2/2", "1/1"), ("mega ASBS", "2/2", ""), ("mega B=2", "2/2", "")]
