@@ -358,6 +358,25 @@ def evaluate(target_path: Path, drafts: list[Path], prompt_files: list[Path], n_
     return out
 
 
+def corpus_loss(drafts: list[Path], corpus: Path, max_bytes: int) -> dict:
+    """Each draft's mean nats/byte over the corpus's held-out split (train_models.heldout_loss: windows
+    of 513 bytes, the first max_bytes bytes of each domain): what distillation did to plain modelling."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import train_models
+
+    with np.load(corpus) as z:
+        held = {k[:-8]: torch.from_numpy(np.array(z[k])) for k in z.files if k.endswith("_heldout")}
+    out = {}
+    for d in drafts:
+        cd, ad = byte_lm.load_weights(d, "draft")
+        w = byte_lm.torch_weights(ad)
+        out[d.name] = {dom: round(train_models.heldout_loss(w, cd, a, 512, 16, "cpu", max_bytes), 4)
+                       for dom, a in held.items()}
+    return out
+
+
 def table(rep: dict) -> str:
     lines = []
     for set_name, res in rep["sets"].items():
@@ -371,6 +390,8 @@ def table(rep: dict) -> str:
                      for n in names]
             lines.append(f"| {k} | {res[names[0]]['kinds'][k]['prompts']} | " + " | ".join(cells) + " |")
         lines.append("")
+    for name, losses in rep.get("corpus_heldout_nats_per_byte", {}).items():
+        lines.append(f"{name}: corpus held-out nats/byte " + ", ".join(f"{d} {v:.4f}" for d, v in losses.items()))
     return "\n".join(lines)
 
 
@@ -378,6 +399,9 @@ def cmd_eval(args) -> int:
     import torch
     torch.set_num_threads(args.threads)
     rep = evaluate(args.target, args.draft, args.prompts, args.n)
+    if args.corpus:
+        rep["corpus_heldout_nats_per_byte"] = corpus_loss(args.draft, args.corpus, args.eval_bytes)
+        rep["corpus_eval_bytes"] = args.eval_bytes
     text = table(rep)
     print(text)
     if args.output:
@@ -423,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--target", type=Path, default=PAIR_DIR / "target.safetensors")
     e.add_argument("--prompts", type=Path, nargs="*", default=[BUNDLED, HELDOUT])
     e.add_argument("--n", type=int, default=128)
+    e.add_argument("--corpus", type=Path, help="also each draft's nats/byte on this corpus's held-out split")
+    e.add_argument("--eval-bytes", type=int, default=262144, help="held-out bytes per domain (default 262144)")
     e.add_argument("--threads", type=int, default=2)
     e.add_argument("-o", "--output", type=Path)
     e.add_argument("--markdown", type=Path)
