@@ -593,14 +593,14 @@ def cmd_acceptance(args) -> None:
         Path(args.output).write_text(json.dumps(rep, indent=1) + "\n")
 
 
-def record(device: str, n_new: int, prompts_path=PROMPTS) -> dict:
+def record(device: str, n_new: int, prompts_path=PROMPTS, models: tuple[str, ...] = PAIR_MODELS) -> dict:
     """Target and draft greedy tokens of every bundled prompt (torch, no cache) with the smallest
     top-1 margin of each and every step's margin (`margins[k]`: the top-1 minus the top-2 logit
     where token k was chosen, 7 decimals), and whether static-cache decoding gives the same tokens."""
     import torch
     torch.use_deterministic_algorithms(True)
     out = {"n_new": n_new, "device": device, "torch": torch.__version__, "models": {}}
-    for name in ("target", "draft"):
+    for name in models:
         cfg, arrays = load_weights(MODEL_FILES[name])
         w = torch_weights(arrays, device)
         rows = []
@@ -616,7 +616,14 @@ def record(device: str, n_new: int, prompts_path=PROMPTS) -> dict:
 
 
 def cmd_record(args) -> None:
-    rep = record(args.device, args.n)
+    models = tuple(args.model or PAIR_MODELS)
+    rep = record(args.device, args.n, models=models)
+    if set(models) != set(PAIR_MODELS):  # the other model's rows stay as the file has them
+        old = json.loads(Path(args.output).read_text())
+        if (old["n_new"], old["device"], old["torch"]) != (rep["n_new"], rep["device"], rep["torch"]):
+            raise ModelError(f"{args.output}: recorded with n_new {old['n_new']} on {old['device']} (torch "
+                             f"{old['torch']}); record every model again to change that")
+        rep["models"] = {m: rep["models"].get(m, old["models"].get(m)) for m in PAIR_MODELS}
     for name, rows in rep["models"].items():
         for r in rows:
             print(f"{name:6s} {r['name']:24s} min margin {r['min_margin']:.4f}  cached agrees: {r['cached_agrees']}")
@@ -657,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     pp.set_defaults(fn=cmd_pair)
     r = sub.add_parser("record", help="write both models' greedy tokens for every bundled prompt")
     r.add_argument("-o", "--output", required=True)
+    r.add_argument("--model", action="append", choices=PAIR_MODELS,
+                   help="record only this model (repeatable); the file's rows of the other are kept")
     r.add_argument("-n", type=int, default=128)
     r.add_argument("--device", default="cpu")
     r.set_defaults(fn=cmd_record)

@@ -12,6 +12,12 @@ launch per group, B requests resident at once):
   torch eager_kv    PyTorch, a static KV cache, one eager decode step per token
   torch graph_kv    the decode step captured once as a CUDA graph, replayed per token
   torch graph_kv_loop  all decode steps of a request captured in one CUDA graph
+  torch compile_kv  the same decode step compiled by torch.compile(mode="reduce-overhead"): static KV
+                    cache, CUDA graphs (cudagraph trees), one compiled call per token, eager prefill
+  limit (b), (c)    with --limit-dir: the hand-written CUDA decoders of the calibration folder
+                    (calib/real_limit: (b) one SM per request under the language's exactness rules,
+                    (c) a 16-SM cluster per request), built and run by its run_gpu.sh in a child
+                    process on the same GPU, their results table parsed into the same rows
 
 Every variant's tokens are checked equal to mega plain's at the first batch size (and mega
 plain's against PyTorch's recorded greedy tokens, reference_tokens.json); the table says so per row.
@@ -22,13 +28,18 @@ and CUDA-graph capture, none of which is timed). Mega-kernel: host wall time fro
 the host seeing completion (xlgen.runtime.gpu's timing.wall_ms: no compile, no packing of the
 requests, no copy of the results back); the whole gpu.run call is in `call_ms` too. PyTorch: the
 prefill of every row (eager) and every new token, with a device synchronise at both ends (graph
-capture excluded). A batch of several launches (batch 1: one per prompt) sums its launches' best
-times.
+capture and torch.compile's compilation excluded). A batch of several launches (batch 1: one per
+prompt) sums its launches' best times. Hand-written limit: its own timing (CUDA events around each
+launch, median of 15 after 2 warm-ups; the row's best is its best launch), prefill included, the 8
+bundled prompts x 128 tokens whatever --prompts and --n say (the row's note says so when they differ).
 
     python3 scripts/real_bench.py -o bench/real                       # on a GPU: JSON + markdown table
     python3 scripts/real_bench.py -o /tmp/rb --team-warps 1,4 --request-in-shared 0,1
     python3 scripts/real_bench.py -o /tmp/rb --batches 8 --blocks 2,4 --no-torch --repeats 3
     python3 scripts/real_bench.py -o /tmp/rb --backend cpu --n 8 --prompts code_class --no-torch  # smoke test
+    python3 scripts/real_bench.py -o $OUT --limit-dir .calib/real_limit --limit-parts bc   # + the hand-written limit
+    python3 scripts/real_bench.py -o /tmp/rb --limit-log cuda.log ...    # its rows from a log of run_gpu.sh instead
+    python3 scripts/real_bench.py -o /tmp/rb --prompts-file models/bytes_pair/heldout_prompts.json --batches 1,8,32
 """
 
 from __future__ import annotations
@@ -36,7 +47,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -47,7 +60,8 @@ sys.path.insert(0, str(ROOT / "scripts"))  # torch_baselines (imported only when
 
 from xlgen.tools import real_pair as rp  # noqa: E402
 
-TORCH_MODES = ("eager_kv", "graph_kv", "graph_kv_loop")
+TORCH_MODES = ("eager_kv", "graph_kv", "graph_kv_loop", "compile_kv")
+LIMIT_PARTS = "abc"  # run_gpu.sh's parts that time whole decodes (d: a verify pass, m: micro-benchmarks, t: torch)
 REQUEST_MODE_OPTION = "-DXL_REQUEST_IN_SHARED="
 
 
@@ -226,9 +240,8 @@ def bench_torch(mode: str, w, cfg, prompts: list[rp.Prompt], n_new: int, batch: 
                 sync()
                 times.append((time.perf_counter() - t0) * 1e3)
         else:
-            dec = tb.GraphDecoder(w, cfg, len(data), device, n_new - 1, whole_loop=mode == "graph_kv_loop",
-                                  use_graph=mode != "eager_kv")
-            for _ in range(repeats + 1):
+            dec = tb.make_decoder(mode, w, cfg, len(data), device, n_new - 1)
+            for _ in range(repeats + 1):  # the first: compilation, graph capture
                 sync()
                 t0 = time.perf_counter()
                 dec.prefill(data)
@@ -240,8 +253,115 @@ def bench_torch(mode: str, w, cfg, prompts: list[rp.Prompt], n_new: int, batch: 
         best, median = best + b, median + m
         answers += [list(t) for t in toks]
     tokens = sum(len(a) for a in answers)
+    note = f"cudagraph skips: {tb.cudagraph_skips()}" if mode == "compile_kv" else ""
     return Row(f"torch {mode}", batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
-               equal_plain=equal_count(answers, plain) if plain is not None else ""), answers
+               equal_plain=equal_count(answers, plain) if plain is not None else "", note=note), answers
+
+
+# ---- the hand-written limit (calib/real_limit) ---------------------------------------------------------------
+
+def run_limit(limit_dir: Path, parts: str, out: Path, timeout: float = 400.0) -> Path:
+    """Runs `bash run_gpu.sh ROOT PARTS` of a writable copy of LIMIT_DIR with OUT=out (it exports the
+    bundled target from this checkout, builds real_limit.cu with nvcc and runs each part in its own
+    process); returns the cuda.log it writes. Its stdout goes to out/run_gpu.log."""
+    script = limit_dir / "run_gpu.sh"
+    if not script.is_file():
+        raise rp.RealPairError(f"--limit-dir {limit_dir}: no run_gpu.sh there (copy the calibration folder: "
+                               f"mkdir -p .calib && cp -r ../shared/calib/real_limit .calib/)")
+    import shutil
+    import stat
+    import tempfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "cuda.log"
+    log.unlink(missing_ok=True)  # run_gpu.sh appends
+    env = dict(os.environ, OUT=str(out.resolve()))
+    # run_gpu.sh writes the exported weights and its binary beside itself: run a writable copy (the
+    # calibration folder is read-only where it comes from, and 4 MB of weights need not come back in OUT)
+    with tempfile.TemporaryDirectory(prefix="real_limit-") as tmp:
+        work = Path(tmp) / "real_limit"
+        shutil.copytree(limit_dir, work)
+        for p in [work, *work.rglob("*")]:
+            p.chmod(p.stat().st_mode | stat.S_IWUSR | (stat.S_IXUSR if p.is_dir() else 0))
+        with open(out / "run_gpu.log", "w") as fh:
+            proc = subprocess.run(["bash", str(work / "run_gpu.sh"), str(ROOT), parts], stdout=fh,
+                                  stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    if not log.is_file():
+        raise rp.RealPairError(f"{script}: wrote no cuda.log (exit {proc.returncode}; see {out / 'run_gpu.log'})")
+    return log
+
+
+_NUM = r"([0-9.]+)(?:\s*\(([0-9.]+)\))?\*?"
+
+
+def parse_limit_log(text: str) -> dict:
+    """The results tables of real_limit's cuda.log: {"device": str | None, "rows": [...], "failed": [...]},
+    a row per (variant, batch): variant, batch, us_per_token excl./incl. prefill (median and best),
+    tokens/s incl. prefill and decode only, tokens and prompts equal to the reference (k, n), and the new
+    tokens per request of its header. Columns are found by their header's names. `failed`: parts whose
+    `part X rc N` is not 0."""
+    device = None
+    rows: list[dict] = []
+    header: list[str] | None = None
+    n_new = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("device:") and device is None:
+            device = line[len("device:"):].split(",")[0].strip()
+        m = re.search(r"(\d+) new tokens per request", line)
+        if line.startswith("== results") and m:
+            n_new = int(m.group(1))
+        if not line.startswith("|"):
+            header = None  # a table ends at the first line that is not one of its rows
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells and cells[0] == "variant":
+            header = cells
+            continue
+        if header is None or set(cells[0]) <= {"-", " "} or len(cells) != len(header):
+            continue
+        cell = dict(zip(header, cells))
+        try:
+            row = {"variant": cell["variant"], "batch": int(cell["batch"]), "new_tokens_per_request": n_new}
+            for key, name in (("excl", "us/token excl. prefill"), ("incl", "us/token incl. prefill")):
+                mm = re.fullmatch(_NUM, cell[name])
+                row[f"us_per_token_{key}"] = float(mm.group(1))
+                row[f"us_per_token_{key}_best"] = float(mm.group(2) or mm.group(1))
+            row["tokens_per_s"] = float(cell["tokens/s incl. prefill"])
+            row["decode_tokens_per_s"] = float(cell["tokens/s decode only"])
+            eq = re.fullmatch(r"(\d+)/(\d+) tokens, (\d+)/(\d+) prompts", cell["tokens = reference"])
+            row["tokens_equal"], row["tokens"], row["prompts_equal"], row["prompts"] = map(int, eq.groups())
+        except (KeyError, AttributeError, ValueError):
+            continue  # not a results row of the known shape
+        rows.append(row)
+    failed = [f"part {p} rc {rc}" for p, rc in re.findall(r"^part (\w) rc (\d+)", text, re.M) if rc != "0"]
+    return {"device": device, "rows": rows, "failed": failed}
+
+
+def limit_label(variant: str) -> str:
+    """'(b) 1 SM/request, exact order, no FMA' -> 'limit (b) 1 SM/request, exact order, no FMA'."""
+    return f"limit {variant}"
+
+
+def limit_rows(parsed: dict, prompts: list[rp.Prompt], n_new: int) -> list[Row]:
+    """parse_limit_log's rows as Rows: new tokens and launches from its counts (batch 1: one launch per
+    prompt), times from its tokens/s (median) and the best/median ratio of its per-token times; `=
+    PyTorch` from its reference check (the same recorded tokens as mega plain's). Its prompts are the 8
+    bundled ones x its own token count: a note says so when this run's selection differs."""
+    out = []
+    names = [p.name for p in prompts]
+    default = [p.name for p in rp.load_prompts()]
+    for r in parsed["rows"]:
+        tokens, n_prompts = r["tokens"], r["prompts"]
+        median_ms = tokens / r["tokens_per_s"] * 1e3 if r["tokens_per_s"] > 0 else float("nan")
+        best_ms = median_ms * r["us_per_token_incl_best"] / r["us_per_token_incl"] if r["us_per_token_incl"] else median_ms
+        launches = n_prompts if r["batch"] == 1 else -(-n_prompts // r["batch"])
+        note = ["median of 15 in its own process; prefill included"]
+        if names != default or (r["new_tokens_per_request"] or n_new) != n_new:
+            note.append(f"its prompts: the {n_prompts} bundled x {r['new_tokens_per_request']} tokens, not this run's")
+        out.append(Row(limit_label(r["variant"]), r["batch"], n_prompts, launches, tokens, best_ms, median_ms,
+                       equal_pytorch=f"{r['prompts_equal']}/{n_prompts}", note="; ".join(note)))
+    return out
 
 
 # ---- the report ------------------------------------------------------------------------------------------
@@ -261,6 +381,33 @@ def markdown(rows: list[Row], title: str = "") -> str:
                    f"{_cell(r.verify_steps)} | {_cell(r.tokens_per_step, '.2f')} | "
                    f"{_cell(r.acceptance, '.1%')} | {r.equal_plain or '-'} | {r.equal_pytorch or '-'} | {r.note} |")
     return "\n".join(line for line in out if line) + "\n"
+
+
+def summary(rows: list[Row]) -> str:
+    """Per batch size: mega plain, the best PyTorch baseline and the hand-written limit (the one-SM exact
+    variant (b) where present) side by side, and the ratios issue 23's targets are stated in."""
+    out = ["| batch | mega plain tok/s | best PyTorch | tok/s | mega / best PyTorch | hand-written limit | tok/s "
+           "| mega / limit | best mega speculative | tok/s | × mega plain |",
+           "| ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
+    for batch in dict.fromkeys(r.batch for r in rows):
+        at = [r for r in rows if r.batch == batch]
+        plain = max((r for r in at if r.variant == "mega plain"), key=lambda r: r.tokens_per_s, default=None)
+        torch_best = max((r for r in at if r.variant.startswith("torch ")), key=lambda r: r.tokens_per_s, default=None)
+        limits = [r for r in at if r.variant.startswith("limit ")]
+        limit = next((r for r in limits if r.variant.startswith("limit (b)")), limits[0] if limits else None)
+        spec = max((r for r in at if r.variant.startswith("mega ") and r.variant != "mega plain"),
+                   key=lambda r: r.tokens_per_s, default=None)
+
+        def rate(r):
+            return f"{r.tokens_per_s:,.0f}" if r else "-"
+
+        def ratio(a, b):
+            return f"{a.tokens_per_s / b.tokens_per_s:.2f}" if a and b and b.tokens_per_s > 0 else "-"
+
+        out.append(f"| {batch} | {rate(plain)} | {torch_best.variant[6:] if torch_best else '-'} | {rate(torch_best)} | "
+                   f"{ratio(plain, torch_best)} | {limit.variant[6:] if limit else '-'} | {rate(limit)} | "
+                   f"{ratio(plain, limit)} | {spec.variant[5:] if spec else '-'} | {rate(spec)} | {ratio(spec, plain)} |")
+    return "\n".join(out) + "\n"
 
 
 def _cell(value, spec: str = "") -> str:
@@ -299,7 +446,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batches", type=lambda s: _ints(s, "--batches"), default=[1, 8], help="default 1,8")
     ap.add_argument("--blocks", type=lambda s: _ints(s, "--blocks"), default=[1, 2, 4, 8],
                     help="fixed block sizes (default 1,2,4,8)")
-    ap.add_argument("--prompts", default=None, help="bundled prompts by name, kind or index (default: all 8)")
+    ap.add_argument("--prompts", default=None, help="prompts by name, kind or index (default: all of the file)")
+    ap.add_argument("--prompts-file", type=Path, default=None,
+                    help="the prompts (default: the 8 bundled, models/bytes_pair/prompts.json; e.g. "
+                         "models/bytes_pair/heldout_prompts.json, 72 held-out prompts: PyTorch's recorded tokens "
+                         "cover only the bundled ones, so = PyTorch compares those it has, every variant = plain)")
     ap.add_argument("--team-warps", type=lambda s: _ints(s, "--team-warps"), default=None,
                     help="warps per request of the mega-kernel, a list (default $XLGEN_TEAM_WARPS or 1)")
     ap.add_argument("--request-in-shared", default=None, metavar="MODES",
@@ -316,7 +467,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reference", type=Path, default=None,
                     help="PyTorch's recorded tokens (default models/bytes_pair/reference_tokens.json)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mega-kernel launch (default 300)")
+    ap.add_argument("--limit-dir", type=Path, default=None,
+                    help="the calibration folder calib/real_limit copied into the checkout (e.g. .calib/real_limit): "
+                         "run its hand-written decoders on this GPU after the other variants")
+    ap.add_argument("--limit-parts", default="bc", help=f"run_gpu.sh parts of {LIMIT_PARTS} to run (default bc)")
+    ap.add_argument("--limit-log", type=Path, action="append", default=[],
+                    help="parse the hand-written limit's rows from this cuda.log of run_gpu.sh (no run; repeatable)")
+    ap.add_argument("--limit-timeout", type=float, default=400.0, help="seconds for run_gpu.sh (default 400)")
     args = ap.parse_args(argv)
+    if not args.limit_parts or set(args.limit_parts) - set(LIMIT_PARTS):
+        ap.error(f"--limit-parts: letters of {LIMIT_PARTS}, not '{args.limit_parts}'")
     if args.n < 1 or args.repeats < 1:
         ap.error("--n and --repeats must be >= 1")
     if args.request_in_shared is not None:
@@ -335,10 +495,11 @@ def run(args: argparse.Namespace) -> dict:
     from xlgen.backends.build import load
 
     binding = rp.load_binding()
-    prompts = rp.select_prompts(rp.load_prompts(), args.prompts)
+    prompts = rp.select_prompts(rp.load_prompts(args.prompts_file), args.prompts)
     rp.request_inputs(prompts, args.n, binding)  # every prompt fits, before anything runs
     weights = rp.load_weights(args.weights)
     recorded = rp.load_reference(args.reference, binding.reference_model)
+    with_record = [i for i, p in enumerate(prompts) if p.name in recorded]  # the held-out set has none
     compiled = load(args.pipeline or binding.pipeline_path())
     module = compiled.sim_module()
     rp.check_binding(compiled.program, binding)
@@ -349,6 +510,8 @@ def run(args: argparse.Namespace) -> dict:
     timed = next(p for p in __doc__.split("\n\n") if p.startswith("What is timed"))
     report = {"timed": " ".join(timed.split()), "backend": args.backend, "device": None,
               "torch": None, "n_new": args.n, "repeats": args.repeats, "prompts": [p.name for p in prompts],
+              "prompts_file": str(args.prompts_file or rp.prompts_file()),
+              "pytorch_compared": [prompts[i].name for i in with_record],
               "pipeline": str(args.pipeline or binding.pipeline_path()), "first_launch_s": {}, "rows": []}
     if args.backend == "gpu":
         import cupy
@@ -377,8 +540,9 @@ def run(args: argparse.Namespace) -> dict:
                     if plain is None:  # the first row: mega plain, the reference of every other
                         plain = answers
                         row.equal_plain = equal_count(answers, plain)
-                    if variant == "mega plain":
-                        agreement = rp.compare_run(answers, prompts, recorded, args.n)
+                    if variant == "mega plain" and with_record:  # the prompts PyTorch's tokens were recorded for
+                        agreement = rp.compare_run([answers[i] for i in with_record], [prompts[i] for i in with_record],
+                                                   recorded, args.n)
                         row.equal_pytorch = f"{sum(a.agrees for a in agreement)}/{len(agreement)}"
                         noise = all(a.within_noise for a in agreement)
                         report["pytorch_agrees"] = report.get("pytorch_agrees", True) and noise
@@ -404,18 +568,40 @@ def run(args: argparse.Namespace) -> dict:
             for mode in args.torch_modes:
                 if mode == "eager_nocache" and batch != 1:
                     continue
-                if mode.startswith("graph") and device != "cuda":
+                if mode.startswith(("graph", "compile")) and device != "cuda":
                     continue
                 row, _ = bench_torch(mode, w, cfg, prompts, args.n, batch, args.repeats, device, plain)
                 rows.append(row)
                 print(line(row), flush=True)
+    logs = list(args.limit_log)
+    if args.limit_dir is not None:  # a failure here leaves every other row in the report (exit 1)
+        t0 = time.perf_counter()
+        try:
+            logs.append(run_limit(args.limit_dir, args.limit_parts, args.out / "limit", args.limit_timeout))
+        except (rp.RealPairError, subprocess.TimeoutExpired) as exc:
+            report["limit_error"] = str(exc)
+            print(f"hand-written limit: {exc}", file=sys.stderr)
+        report["limit_seconds"] = round(time.perf_counter() - t0, 1)
+    if logs or "limit_error" in report:
+        report["limit"] = []
+        for log in logs:
+            parsed = parse_limit_log(Path(log).read_text())
+            parsed["log"] = str(log)
+            report["limit"].append(parsed)
+            for failure in parsed["failed"]:
+                print(f"hand-written limit: {failure} (see {log})", file=sys.stderr)
+            for row in limit_rows(parsed, prompts, args.n):
+                rows.append(row)
+                print(line(row), flush=True)
+        report["limit_equal_reference"] = "limit_error" not in report and all(p["rows"] for p in report["limit"]) \
+            and all(r["tokens_equal"] == r["tokens"] for p in report["limit"] for r in p["rows"])
     report["rows"] = [r.to_json() for r in rows]
-    report["all_equal_plain"] = all(r.all_equal for r in rows)
+    report["all_equal_plain"] = all(r.all_equal for r in rows if not r.variant.startswith("limit "))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "real_bench.json").write_text(json.dumps(report, indent=1) + "\n")
     title = (f"Real model pair, {report['device'] or args.backend}: {len(prompts)} prompts x {args.n} new tokens, "
              f"best of {args.repeats} after a warm-up" + (f"; torch {report['torch']}" if report["torch"] else ""))
-    (args.out / "real_bench.md").write_text(markdown(rows, title))
+    (args.out / "real_bench.md").write_text(markdown(rows, title) + "\n" + summary(rows))
     return report
 
 
@@ -430,6 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if not report["all_equal_plain"]:
         print("some variant's tokens DIFFER from plain greedy's (see the table)", file=sys.stderr)
+        status = 1
+    if not report.get("limit_equal_reference", True):
+        print("the hand-written limit's tokens DIFFER from PyTorch's recorded tokens, or it gave no results "
+              "(see 'limit' and its cuda.log)", file=sys.stderr)
         status = 1
     if not report.get("pytorch_agrees", True):
         print("plain greedy DIFFERS from PyTorch's recorded tokens beyond float32 noise (see 'agreement')",

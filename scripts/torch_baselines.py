@@ -7,6 +7,11 @@ prompts, in float32:
   graph_kv        the same decode step (argmax and feedback included) captured once as a CUDA
                   graph and replayed per token, no host synchronisation between tokens
   graph_kv_loop   all decode steps of a request captured in one CUDA graph, replayed once
+  compile_kv      the baseline a PyTorch user would pick: the same static-cache decode step with its
+                  argmax, compiled by torch.compile(mode="reduce-overhead") (CUDA graphs through
+                  cudagraph trees; the weights and the cache are the compiled module's buffers, so
+                  their addresses are static), one compiled call per token, eager prefill; compiled
+                  once per batch size (--compile-mode picks another mode; CUDA only)
 
 Every mode's tokens are checked against plain greedy decoding (eager_nocache) of each prompt
 before any timing counts. Times: median of --reps runs after a warm-up; `total` covers the
@@ -89,6 +94,102 @@ class GraphDecoder:
         return [seq[r][len(p): len(p) + self.steps + 1] for r, p in enumerate(prompts)]
 
 
+class CompiledDecoder:
+    """torch.compile of byte_lm.decode_step (the approach of the calibration run's
+    torch_compile_baseline.py): a module whose buffers hold the weights and the static cache (it
+    is the cache decode_step writes), argmax inside the compiled step, dynamic=False and fullgraph;
+    `torch.compiler.cudagraph_mark_step_begin()` before each step and the step's output cloned (the
+    next replay overwrites it). The same interface as GraphDecoder. The compiled step is kept per
+    (weights, batch, mode), so the launches of one batch size compile once; the first call of a
+    new one compiles (seconds: a warm-up run absorbs it)."""
+
+    _compiled: dict = {}
+
+    def __init__(self, w, cfg, batch: int, device: str, steps: int, mode: str | None = "reduce-overhead",
+                 backend: str = "inductor"):
+        import torch
+        self.w, self.cfg, self.device, self.steps = w, cfg, device, steps
+        key = (id(w), batch, device, mode, backend)
+        if key not in self._compiled:
+            module = step_module(w, cfg, batch, device)
+            self._compiled[key] = (module, torch.compile(module, mode=mode, backend=backend, dynamic=False,
+                                                         fullgraph=True))
+        self.module, self.step = self._compiled[key]
+        self.tok = self.pos = None
+        self.out = None
+
+    def prefill(self, prompts: list[bytes]) -> None:
+        import torch
+        m = self.module
+        with torch.no_grad():
+            firsts = []
+            for r, p in enumerate(prompts):
+                t = torch.tensor(list(p), dtype=torch.long, device=self.device).view(1, -1)
+                logits, kvs = byte_lm.forward(self.w, self.cfg, t, return_kv=True)
+                for i, (k, v) in enumerate(kvs):
+                    m.k[i, r, :, : t.shape[1]] = k[0]
+                    m.v[i, r, :, : t.shape[1]] = v[0]
+                firsts.append(torch.argmax(logits[0, -1]))
+            self.tok = torch.stack(firsts)
+            self.pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
+
+    def decode(self) -> None:
+        import torch
+        outs, pos = [self.tok], self.pos
+        with torch.no_grad():
+            for _ in range(self.steps):
+                torch.compiler.cudagraph_mark_step_begin()
+                outs.append(self.step(outs[-1], pos).clone())
+                pos = pos + 1
+            self.out = torch.stack(outs, 1)
+
+    def tokens(self, prompts: list[bytes]) -> list[list[int]]:
+        return self.out.tolist()
+
+
+def step_module(w, cfg, batch: int, device: str):
+    """A torch.nn.Module computing the next token of each row (see StepModule); torch is imported here."""
+    import torch
+
+    class StepModule(torch.nn.Module):
+        """decode_step + argmax with the weights and the static cache as buffers: the module is the
+        cache (k, v, rows, span), as byte_lm.StaticCache."""
+
+        def __init__(self, w, cfg, batch: int, device: str):
+            super().__init__()
+            self.names, self.cfg = list(w), cfg
+            for n, t in w.items():
+                self.register_buffer("w_" + n, t)
+            shape = (cfg.n_layers, batch, cfg.n_heads, cfg.max_len, byte_lm.HEAD_DIM)
+            self.register_buffer("k", torch.zeros(shape, device=device))
+            self.register_buffer("v", torch.zeros(shape, device=device))
+            self.register_buffer("rows", torch.arange(batch, device=device))
+            self.register_buffer("span", torch.arange(cfg.max_len, device=device))
+
+        def forward(self, tok, pos):
+            ww = {n: getattr(self, "w_" + n) for n in self.names}
+            return torch.argmax(byte_lm.decode_step(ww, self.cfg, self, tok, pos), dim=-1)
+
+    return StepModule(w, cfg, batch, device).to(device)
+
+
+def cudagraph_skips() -> object:
+    """torch.compile's count of graphs it could not turn into CUDA graphs (0 expected), or why unknown."""
+    try:
+        from torch._dynamo.utils import counters
+        skips = counters["inductor"].get("cudagraph_skips", 0)
+        return dict(skips) if isinstance(skips, dict) else skips
+    except Exception as exc:  # noqa: BLE001  (a private counter: report, never fail)
+        return f"unknown ({exc})"
+
+
+def make_decoder(mode: str, w, cfg, batch: int, device: str, steps: int, compile_mode: str = "reduce-overhead"):
+    """The decoder of a KV-cache mode: eager_kv, graph_kv, graph_kv_loop or compile_kv."""
+    if mode == "compile_kv":
+        return CompiledDecoder(w, cfg, batch, device, steps, compile_mode)
+    return GraphDecoder(w, cfg, batch, device, steps, whole_loop=mode == "graph_kv_loop", use_graph=mode != "eager_kv")
+
+
 def _sync(device: str) -> None:
     import torch
     if device.startswith("cuda"):
@@ -108,8 +209,7 @@ def time_mode(mode: str, w, cfg, prompts: list[bytes], n_new: int, device: str, 
             totals.append(time.perf_counter() - t0)
         decodes = [float("nan")] * len(totals)
     else:
-        dec = GraphDecoder(w, cfg, len(prompts), device, n_new - 1, whole_loop=mode == "graph_kv_loop",
-                           use_graph=mode != "eager_kv")
+        dec = make_decoder(mode, w, cfg, len(prompts), device, n_new - 1)
         for rep in range(reps + 1):
             _sync(device)
             t0 = time.perf_counter()
@@ -177,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in [int(b) for b in args.batches.split(",")]:
         groups = [prompts[i:i + batch] for i in range(0, len(prompts), batch)] if batch < len(prompts) else [prompts[:batch]]
         modes = ["eager_nocache"] if batch == 1 else []
-        modes += ["eager_kv"] + (["graph_kv", "graph_kv_loop"] if graphs else [])
+        modes += ["eager_kv"] + (["graph_kv", "graph_kv_loop", "compile_kv"] if graphs else [])
         for mode in modes:
             runs = [time_mode(mode, w, cfg, [p["bytes"] for p in g], args.n, args.device, args.reps) for g in groups]
             agree = sum(t == reference[p["name"]][0] for r, g in zip(runs, groups) for t, p in zip(r["tokens"], g))

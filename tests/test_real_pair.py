@@ -152,7 +152,7 @@ def test_recorded_reference_has_every_prompt_and_margin():
     assert [r for r in ref] == [p.name for p in rp.load_prompts()]
     assert all(len(r.tokens) == len(r.margins) == 128 for r in ref.values())
     assert min(ref["code_imports"].margins) == pytest.approx(0.00735, abs=1e-4)
-    assert rp.load_reference(model="draft")["code_class"].min_margin == pytest.approx(0.0058, abs=1e-4)
+    assert rp.load_reference(model="draft")["code_class"].min_margin == pytest.approx(0.0465, abs=1e-4)  # the distilled draft
 
 
 def test_agreement_counts_prefix_and_equal_tokens():
