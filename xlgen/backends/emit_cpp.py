@@ -378,25 +378,24 @@ class CppEmitter:
         if not entry:
             by_warp += ", false"
         v = names.cpp(s.var)
+        fast = "" if bound is None else f"xl_lo >= 0 && xl_hi <= {bound}"
         rows = self._rows_form(s, bound, depth + 2, entry)
-        if rows is not None:  # the fast path as rows (xl_lanes_rows), else the checked body as it was
-            inner = IND * 2 if bound is not None else IND
-            lines += [f"{pad}{IND}if (xl_lo >= 0 && xl_hi <= {bound}) {{"] if bound is not None else []
-            lines += [inner + line for line in rows]
-            if bound is not None:
-                lines.append(f"{pad}{IND}}} else {{")
-                lines.append(f"{pad}{IND * 2}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
-                lines.append(f"{pad}{IND * 3}[[maybe_unused]] XlCheck<true> xl_chk;")
-                lines += [IND + line for line in body] + [f"{pad}{IND * 2}}});", f"{pad}{IND}}}"]
-            return lines + [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        inner = pad + IND
+        if rows is not None:  # enough iterations on the fast path: as rows (xl_lanes_rows)
+            lines.append(f"{pad}{IND}if ({fast + ' && ' if fast else ''}xl_rows_pay(xl_lo, xl_hi)) {{")
+            lines += [IND * 2 + line for line in rows]
+            lines.append(f"{pad}{IND}}} else {{")
+            inner += IND
+            body = [IND + line for line in body]
         if bound is None:
-            lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
+            lines.append(f"{inner}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
         else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
-            lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
+            lines.append(f"{inner}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, {fast}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
-        lines += body
-        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
-        return lines
+        lines += body + [f"{inner}}});"]
+        if rows is not None:
+            lines.append(f"{pad}{IND}}}")
+        return lines + [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
 
     def _rows_form(self, s: ir.Lanes, bound, depth, entry: bool) -> list[str] | None:
         """A by-warp lanes loop whose iterations begin with `let`s and sums over constant ranges,
@@ -441,7 +440,7 @@ class CppEmitter:
             elem.append(f"{in_lambda}switch (xl_k) {{")
             for k, r in enumerate(sums):
                 value = self.statement_expr(r.value, r.loc.line)
-                elem.append(f"{in_lambda}case {k}: {{ const int32_t {names.cpp(r.var)} = xl_j; return {value}; }}")
+                elem.append(f"{in_lambda}case {k}: {{ [[maybe_unused]] const int32_t {names.cpp(r.var)} = xl_j; return {value}; }}")
             elem += [f"{in_lambda}}}", f"{in_lambda}return {t}();", f"{IND}}},"]
             self.bail, self.field_store = "return;", "XL_LANE_STORE"
             rest_lines = [f"[&](int32_t {v}, const {t}* xl_sums, XlErr& err) {{", *chk, *self.block(prefix, 2)]

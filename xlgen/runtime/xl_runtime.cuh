@@ -874,6 +874,23 @@ XL_DEVICE T xl_transposed_sum(T (&part)[32]) {
 }
 #endif
 
+// Whether a lanes loop of lo..hi runs as rows (xl_lanes_rows): only when every warp of the team
+// gets XL_ROWS_MIN_GROUPS groups of 32 iterations, else a warp per iteration keeps all warps busy
+// (a decode step's 128 rows would leave 12 of 16 warps idle as rows). The CPU build always does,
+// so its tests run the rows form's code.
+#ifndef XL_ROWS_MIN_GROUPS
+#define XL_ROWS_MIN_GROUPS 1
+#endif
+XL_HD bool xl_rows_pay(int32_t lo, int32_t hi) {
+#if XL_ON_GPU
+    return (int64_t)hi - (int64_t)lo >= (int64_t)32 * XL_TEAM_WARPS * XL_ROWS_MIN_GROUPS;
+#else
+    (void)lo;
+    (void)hi;
+    return true;
+#endif
+}
+
 // A lanes loop whose iterations start with sums over ranges that are the same in every
 // iteration (emit_cpp.py, `rows form`), on its fast path: `elem(i, k, j)` is element j of sum k
 // of iteration i (it cannot fail); `rest(i, sums, e)` the rest of iteration i. On the GPU a warp
