@@ -378,83 +378,14 @@ class CppEmitter:
         if not entry:
             by_warp += ", false"
         v = names.cpp(s.var)
-        fast = "" if bound is None else f"xl_lo >= 0 && xl_hi <= {bound}"
-        rows = self._rows_form(s, bound, depth + 2, entry)
-        inner = pad + IND
-        if rows is not None:  # enough iterations on the fast path: as rows (xl_lanes_rows)
-            lines.append(f"{pad}{IND}if ({fast + ' && ' if fast else ''}xl_rows_pay(xl_lo, xl_hi)) {{")
-            lines += [IND * 2 + line for line in rows]
-            lines.append(f"{pad}{IND}}} else {{")
-            inner += IND
-            body = [IND + line for line in body]
         if bound is None:
-            lines.append(f"{inner}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
+            lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
         else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
-            lines.append(f"{inner}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, {fast}, "
+            lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
-        lines += body + [f"{inner}}});"]
-        if rows is not None:
-            lines.append(f"{pad}{IND}}}")
-        return lines + [f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
-
-    def _rows_form(self, s: ir.Lanes, bound, depth, entry: bool) -> list[str] | None:
-        """A by-warp lanes loop whose iterations begin with `let`s and sums over constant ranges,
-        none of which can fail on its fast path, then the rest: xl_lanes_rows (xl_runtime.cuh),
-        32 iterations per warp at a time. The lines of that call, or None when the loop is not
-        of that form."""
-        if not s.by_warp:
-            return None
-        body = list(s.body)
-        n_lets = next(k for k, st in enumerate(body) if not isinstance(st, ir.Let))
-        n_sums = next((k for k, st in enumerate(body[n_lets:]) if not isinstance(st, ir.Reduce)), len(body) - n_lets)
-        prefix, sums, rest = body[:n_lets], body[n_lets:n_lets + n_sums], body[n_lets + n_sums:]
-        if not sums or any(isinstance(st, ir.Reduce) for st in ir.statements(rest)):
-            return None
-        names_of_sums = {r.name for r in sums}
-        if any(_calls_warp_code(st) for st in ir.statements(body)):
-            return None  # a lane of its own runs the rest: nothing there may need the whole warp
-        self.fast = bound is not None
-        try:
-            if any(self.raises(st.value) == ALWAYS for st in prefix):
-                return None
-            for r in sums:
-                if (r.op != "sum" or r.value.type != sums[0].value.type or self.raises(r.value) == ALWAYS
-                        or not isinstance(r.start, ir.Const) or not isinstance(r.stop, ir.Const)
-                        or _locals_read(r.value) & names_of_sums):
-                    return None
-            return self._rows_call(s, prefix, sums, rest, depth, entry)
-        finally:
-            self.fast = False
-
-    def _rows_call(self, s: ir.Lanes, prefix, sums, rest, depth, entry: bool) -> list[str]:
-        t = cpp_ops.value_type(sums[0].value.type)
-        v = names.cpp(s.var)
-        in_lambda = IND * 2
-        chk = [f"{in_lambda}[[maybe_unused]] XlCheck<false> xl_chk;"]
-        saved = (self.bail, self.field_store)
-        try:
-            self.bail = f"return {t}();"
-            elem = [f"[&](int32_t {v}, int xl_k, int32_t xl_j) -> {t} {{", *chk,
-                    f"{in_lambda}[[maybe_unused]] XlErr err = {{0, 0, 0}};"]
-            elem += self.block(prefix, 2)
-            elem.append(f"{in_lambda}switch (xl_k) {{")
-            for k, r in enumerate(sums):
-                value = self.statement_expr(r.value, r.loc.line)
-                elem.append(f"{in_lambda}case {k}: {{ [[maybe_unused]] const int32_t {names.cpp(r.var)} = xl_j; return {value}; }}")
-            elem += [f"{in_lambda}}}", f"{in_lambda}return {t}();", f"{IND}}},"]
-            self.bail, self.field_store = "return;", "XL_LANE_STORE"
-            rest_lines = [f"[&](int32_t {v}, const {t}* xl_sums, XlErr& err) {{", *chk, *self.block(prefix, 2)]
-            rest_lines += [f"{in_lambda}[[maybe_unused]] {t} {names.cpp(r.name)} = xl_sums[{k}];"
-                           for k, r in enumerate(sums)]
-            rest_lines += self.block(rest, 2) + [f"{IND}}});"]
-        finally:
-            self.bail, self.field_store = saved
-        bounds = ", ".join(f"{cpp_ops.literal(r.start.value, ir.I32)}, {cpp_ops.literal(r.stop.value, ir.I32)}"
-                           for r in sums)
-        head = [f"const int32_t xl_bounds[{2 * len(sums)}] = {{{bounds}}};",
-                f"xl_lanes_rows<{t}, {len(sums)}, {'true' if entry else 'false'}>(err, 1, xl_lo, xl_hi, xl_bounds,"]
-        pad = IND * (depth - 2)
-        return [pad + line for line in head] + [pad + IND + line for line in elem + rest_lines]
+        lines += body
+        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        return lines
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
         pad = IND * depth
@@ -631,28 +562,6 @@ class CppEmitter:
             out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
                         "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
         return out
-
-
-def _calls_warp_code(st) -> bool:
-    """Whether a statement calls a `warp` builtin (all 32 lanes must call it) or a helper (which
-    might), in any of its expressions."""
-    def calls(e) -> bool:
-        if isinstance(e, ir.Call) and (e.warp or not e.builtin):
-            return True
-        return any(calls(c) for c in ranges._children(e))
-    exprs = [getattr(st, n) for n in ("value", "expr", "index", "start", "stop", "cond")
-             if isinstance(getattr(st, n, None), ir.Expr)]
-    exprs += list(getattr(st, "indices", ()))
-    if isinstance(st, ir.If):
-        exprs += [cond for cond, _ in st.arms]
-    return any(calls(e) for e in exprs)
-
-
-def _locals_read(e) -> set[str]:
-    """The locals an expression reads."""
-    if isinstance(e, ir.Var):
-        return {e.name} if e.kind == ir.LOCAL else set()
-    return set().union(*(_locals_read(c) for c in ranges._children(e)))
 
 
 def _reads_state(e) -> bool:

@@ -239,8 +239,8 @@ class StatementGen:
         return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
 
     def rows_head(self, ctx: Ctx, var: str, ind: int) -> list[str]:
-        """The head of a matrix-vector iteration, the shape the GPU runs 32 iterations per warp
-        at a time (emit_cpp.py, rows form): a row and a column from the iteration's index, then
+        """The head of a matrix-vector iteration, as the real pair's passes write them: a row and
+        a column from the iteration's index (`e / C`, `e % C`: the forms ranges.py bounds), then
         one to three sums of one type over the same constant range. Decided on a stream of its
         own (`shape_rng`), so programs without it are those their seeds always gave."""
         pad = "    " * ind
