@@ -274,6 +274,9 @@ _WORKLOAD_OPTIONS = [
 def _positive_seconds(ctx, param, value):
     if value is not None and not (value > 0 and value != float("inf")):
         raise click.BadParameter(f"{value}: give a positive number of seconds")
+    from ..tools.companion import deadline_for_command
+
+    deadline_for_command(value)  # the timer starts now: a companion that loops when imported is stopped too
     return value
 
 

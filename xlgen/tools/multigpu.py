@@ -273,7 +273,12 @@ class ShardPool:
         self.compiled = compiled
         self.backend = backend
         gpu = backend.startswith("gpu")
-        ray = self.ray = start_ray(address, cpus)
+        from .sweep import RayStartError
+
+        try:
+            ray = self.ray = start_ray(address, cpus)
+        except RayStartError as exc:
+            raise ShardError(str(exc)) from None
         have = ray.cluster_resources().get("GPU" if gpu else "CPU", 0)
         if have < workers:
             what = "GPUs" if gpu else "CPU slots"
