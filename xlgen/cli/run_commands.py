@@ -319,6 +319,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
     (docs/workloads.md, "Exit codes").
     """
     from ..tools.bench import run_bench, save
+    from ..core.files import write_atomically
     from ..runtime import gpu
 
     _check_output_path(json_path, "--json")
@@ -335,9 +336,9 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
         if json_path:
             import json
 
-            json_path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+            write_atomically(json_path, json.dumps(report.to_json(), indent=2, default=str) + "\n")
         if md_path:
-            md_path.write_text(report.markdown() + "\n")
+            write_atomically(md_path, report.markdown() + "\n")
         if not report.identical:
             sys.exit(EXIT_MISMATCH)
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
@@ -352,7 +353,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, json
     if json_path:
         save(report, json_path)
     if md_path:
-        md_path.write_text(report.markdown() + "\n")
+        write_atomically(md_path, report.markdown() + "\n")
     if not all(v.identical for v in report.variants):
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)

@@ -137,6 +137,18 @@ def _ensure_directory(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def output_directory(out: Path, names=(), option: str = "-o") -> None:
+    """Create the output directory `out` and make sure the files `names` can be written there
+    (before a long run, not after it): FileProblem for a file in the way, a directory that is not
+    writable, or a name that is a link, a directory or a special file."""
+    ensure_directory(out)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise FileProblem(out, f"{option} '{out}': the directory is not writable (permission denied); fix its "
+                               "permissions or choose another directory")
+    for name in names:
+        check_target(Path(out) / name)
+
+
 def check_target(path: Path) -> bool:
     """Whether `path` exists (as a regular file); FileProblem if it is something xlgen must not replace."""
     try:
