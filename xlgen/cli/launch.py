@@ -54,7 +54,7 @@ def _bind_weights(module, workload) -> None:
     path = context.meta.get("xlgen_weights") if context is not None else None
     declared = getattr(module.Params, "TENSORS", {})
     try:
-        arrays = load_weights(path) if path is not None else {}
+        arrays = load_weights(path, declared) if path is not None else {}
         bind(declared, arrays, source=str(path) if path is not None else "the launch (no --weights FILE)")
     except WeightsError as exc:
         raise click.UsageError(f"--weights: {exc}") from None

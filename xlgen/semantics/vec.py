@@ -12,6 +12,9 @@ the lane-parallel section of xl_runtime.cuh.
 
 from __future__ import annotations
 
+import os
+
+import click
 import numpy as np
 
 from . import xlmath
@@ -26,6 +29,23 @@ SCALAR_MAX = 32
 
 def use_scalar(n: int) -> bool:
     return n <= SCALAR_MAX
+
+
+# The numpy path holds a lanes loop's (a reduction's) iterations at once, about 40 bytes each and
+# a few more per value: past this many the simulator stops with SimulatorLimit (a clear error,
+# not numpy's MemoryError after minutes of swapping). XLGEN_SIM_LANES_MAX raises it.
+LANES_MAX = int(os.environ.get("XLGEN_SIM_LANES_MAX", "0") or 0) or (1 << 25)
+
+
+class SimulatorLimit(click.ClickException):
+    """A legal lanes loop or reduction too long for the simulator's memory (the message says what to do)."""
+
+
+def _check_length(n: int, what: str) -> None:
+    if n > LANES_MAX:
+        raise SimulatorLimit(f"the simulator stopped: a {what} of {n} iterations needs about {n * 48 >> 30} GiB "
+                             f"here (it evaluates them at once; the limit is {LANES_MAX}); shorten the range, or "
+                             "set XLGEN_SIM_LANES_MAX to a larger count if the memory is there")
 _BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]
 
 
@@ -36,6 +56,7 @@ class Lanes:
 
     def __init__(self, start: int, stop: int):
         n = max(0, int(stop) - int(start))
+        _check_length(n, "lanes loop or reduction")
         self._begin(np.arange(int(start), int(start) + n, dtype=np.int64).astype(np.int32))
 
     def _begin(self, index: np.ndarray) -> None:
@@ -430,6 +451,7 @@ class Elements(Lanes):
         stop = np.broadcast_to(np.asarray(stop, dtype=np.int64), (outer.n,))
         self.length = np.where(outer.ok(), np.maximum(stop - start, 0), 0)
         self.first = np.cumsum(self.length) - self.length  # each iteration's first element
+        _check_length(int(self.length.sum()), "reduction in a lanes loop (elements of all its iterations)")
         # j = start + (element - first), in wrapping int32 arithmetic: j itself fits
         shift = self.gather((start - self.first).astype(np.int32))
         self._begin(np.arange(int(self.length.sum()), dtype=np.int32) + shift)
