@@ -307,6 +307,21 @@ def deadline_for_command(seconds: float | None) -> None:
         ctx.meta[_CLICK_KEY] = None if not seconds else (time.monotonic() + seconds, seconds)
 
 
+def _first_time(path: str) -> bool:
+    """Whether this command (the click command running, else this process) loads `path` for the first time."""
+    try:
+        import click
+
+        ctx = click.get_current_context(silent=True)
+    except ImportError:
+        ctx = None
+    seen = ctx.find_root().meta.setdefault("xlgen_companions_announced", set()) if ctx is not None else _ANNOUNCED
+    if path in seen:
+        return False
+    seen.add(path)
+    return True
+
+
 def _current_deadline():
     try:
         import click
@@ -328,8 +343,7 @@ def load(path: str | Path) -> Companion:
     except OSError as exc:
         raise CompanionError(f"{_shown(Path(path))}: cannot read the companion module: {exc.strerror}") from None
     digest = hashlib.sha256(p.encode() + b"\0" + data).hexdigest()[:16]
-    if p not in _ANNOUNCED:
-        _ANNOUNCED.add(p)
+    if _first_time(p):
         sys.stderr.write(f"xlgen: running the pipeline's companion {_shown(Path(p))} (its Python code)\n")
         sys.stderr.flush()
     return _within_deadline(lambda: _load_cached(p, digest), p)

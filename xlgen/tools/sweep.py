@@ -457,6 +457,9 @@ def run_point(task: dict) -> dict:
 
 
 def _describe(exc: BaseException) -> str:
+    message = getattr(exc, "message", None)  # CompanionError, SimulatorLimit: written for the user already
+    if isinstance(message, str) and message:
+        return " ".join(message.split())[:500]
     report = getattr(exc, "report", None)  # SimHang, gpu.HangError: the first lines of the hang report
     if report:
         lines = [ln for ln in str(report).splitlines() if ln.strip()]
@@ -845,6 +848,11 @@ def run_sweep(spec: Spec, out_dir: Path, address: str | None = None, cpus: int |
     """Run every point of `spec` that out_dir has no result for; `on_result(row, point)` is called
     as each arrives (row["lost"] is set for a task whose worker died). Ctrl-C stops the sweep,
     keeping what finished: the same command resumes it."""
+    from ..core.files import check_target, ensure_directory
+
+    ensure_directory(Path(out_dir))
+    for name in ["results.csv", "results.md", "results.parquet"] + [plot.file_name for plot in spec.plots]:
+        check_target(Path(out_dir) / name)  # before any point runs: every file written after them can be
     store = ResultStore(out_dir)
     todo = [p for p in spec.points if not store.finished(p.key, retry_failed)]
     outcome = SweepOutcome(total=len(spec.points), skipped=len(spec.points) - len(todo), ran=0, failed=0, lost=0,

@@ -240,6 +240,9 @@ class DeclarationRules:
             return
         total = sum(p.size for p in self.pools.values()) + pool.size
         if total > MAX_POOL_TOTAL_ELEMENTS:
+            if getattr(self, "_pools_over", False):
+                return  # reported at the first pool past the limit
+            self._pools_over = True
             self.error(node.loc, f"pool '{node.name}' brings the pools to {total} elements in all; the limit is "
                                  f"{MAX_POOL_TOTAL_ELEMENTS} ({MAX_POOL_TOTAL_ELEMENTS * 4 >> 30} GiB, allocated at "
                                  "once by every backend): make the pools smaller")
