@@ -51,7 +51,7 @@ def test_sim_plot_through_a_link(root, option):
     work = root / "work"
     _link(work, "kv.png")
     before = _victim(root)
-    out = run_cli(["sim", str(BUNDLED), "-w", "small", *option], root, 1, "is a symbolic link")
+    out = run_cli(["sim", str(BUNDLED), "-w", "small", *option], root, 2, "is a symbolic link")
     assert "kv.png" in _error_line(out, "symbolic link") and "remove the link" in out
     assert _victim(root) == before and os.readlink(work / "kv.png") == "../victim.txt"
 

@@ -207,6 +207,9 @@ def _check_output_path(path, option: str) -> None:
         raise click.UsageError(f"{option} {path}: no such directory {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise click.UsageError(f"{option} {path}: not writable")
+    if path.is_symlink():  # written atomically after the run, never through a link
+        raise click.UsageError(f"{option} {path}: is a symbolic link; xlgen does not write through links: "
+                               "remove the link or give another path")
 
 
 def _check_show(compiled, show: str | None) -> list[str]:

@@ -268,13 +268,11 @@ class ShardPool:
 
     def __init__(self, compiled, pipeline_path, workers: int, backend: str = "gpu", address: str | None = None,
                  cpus: int | None = None):
-        from .sweep import start_ray
+        from .sweep import RayStartError, start_ray
 
         self.compiled = compiled
         self.backend = backend
         gpu = backend.startswith("gpu")
-        from .sweep import RayStartError
-
         try:
             ray = self.ray = start_ray(address, cpus)
         except RayStartError as exc:
