@@ -267,6 +267,42 @@ def test_gpus_at_an_unreachable_ray_cluster(root):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"", None])
+def test_sweep_at_an_address_that_is_not_ray(root, monkeypatch, reply):
+    """A port that answers, but not as Ray (a web server; one that closes; one that says nothing):
+    Ray itself would retry for minutes."""
+    import socket
+    import threading
+
+    from xlgen.tools import sweep as engine
+
+    _needs_ray()
+    monkeypatch.setattr(engine, "RAY_CONNECT_SECONDS", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(100)
+            if reply is None:
+                time.sleep(3)
+            elif reply:
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    _sweep_spec(root / "work", "[grid]\nmode = [0]\n")
+    started = time.monotonic()
+    try:
+        run_cli(["sweep", "s.toml", "--address", address, "-o", "out"], root, 2,
+                f"--address {address} answers, but not as a Ray cluster", may_change=("work/out",))
+    finally:
+        server.close()
+    assert time.monotonic() - started < 30
+
+
 @pytest.mark.parametrize("address, says", [("nowhere", "give HOST:PORT"), ("host:port", "is not a number")])
 def test_sweep_address_that_is_not_one(root, address, says):
     _needs_ray()

@@ -944,11 +944,31 @@ def _probe(address: str) -> None:
     except ValueError:
         raise RayStartError(f"--address {address}: the port {port!r} is not a number; give HOST:PORT") from None
     try:
-        socket.create_connection((host.strip("[]"), number), timeout=RAY_CONNECT_SECONDS).close()
+        with socket.create_connection((host.strip("[]"), number), timeout=RAY_CONNECT_SECONDS) as conn:
+            answer = _http2_settings(conn)
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise RayStartError(f"cannot reach the Ray cluster at --address {address} ({why}); start it "
                             "(ray start --head) or check the address") from None
+    if not answer:  # Ray's GCS (and its client server) speak gRPC: HTTP/2, which answers with SETTINGS
+        raise RayStartError(f"--address {address} answers, but not as a Ray cluster (no gRPC there); give the "
+                            "head node's GCS port (6379 by default; ray://HOST:10001 for Ray Client)")
+
+
+def _http2_settings(conn: socket.socket) -> bool:
+    """Whether the server on `conn` answers the HTTP/2 connection preface with a SETTINGS frame."""
+    conn.settimeout(RAY_CONNECT_SECONDS)
+    conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    head = b""
+    try:
+        while len(head) < 9:
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # a timeout, a reset
+        return False
+    return len(head) == 9 and head[3] == 0x04
 
 
 def _run_on_ray(spec: Spec, todo: list[Point], arrived, address: str | None, cpus: int | None) -> None:
