@@ -161,6 +161,23 @@ def test_sweep_dry_run_of_a_billion_points_counts_them(root):
     assert not (work / "sweep-s").exists()
 
 
+@pytest.mark.parametrize("spec, says", [
+    ("/dev/zero", "'/dev/zero' is not a regular file (a device); give a TOML spec"),
+    ("f.toml", "'f.toml' is not a regular file (a FIFO); give a TOML spec"),
+    ("d.toml", "'d.toml' is not a regular file (a directory); give a TOML spec"),
+    ("u.toml", "not valid UTF-8 text"),
+    ("nope.toml", "no such file: 'nope.toml'"),
+])
+def test_sweep_spec_that_is_not_a_file(root, spec, says):
+    work = root / "work"
+    os.mkfifo(work / "f.toml")
+    (work / "d.toml").mkdir()
+    (work / "u.toml").write_bytes(b"pipeline = \"\xff\"\n")
+    started = time.monotonic()
+    run_cli(["sweep", spec, "--serial"], root, 2, says)
+    assert time.monotonic() - started < 30
+
+
 @pytest.mark.parametrize("workloads, says", [
     ('[["small"]]', "workload ['small']: give a bundled workload's name or a JSON file"),
     ("[{ name = 1 }]", "workload {'name': 1}: give a bundled workload's name or a JSON file"),

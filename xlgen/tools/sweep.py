@@ -140,13 +140,20 @@ def load_spec(path: str | Path, preview: int | None = None) -> Spec:
     from ..core.diagnostics import CompileError, did_you_mean
     from .workload import WorkloadError, load as load_workload, resolve
 
+    from ..core.files import MAX_SOURCE_BYTES, FileProblem, read_source_bytes_any
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+        if path.is_file() and path.stat().st_size > 16 * MAX_SOURCE_BYTES:
+            raise SpecError(f"{path}: larger than {16 * MAX_SOURCE_BYTES >> 20} MiB; a spec is a small TOML file "
+                            "(docs/sweep.md)")
+        text = read_source_bytes_any(path).decode("utf-8")  # a regular file: a FIFO or /dev/zero is refused
+    except FileProblem as exc:
+        raise SpecError(exc.message.replace("remove it or choose another directory", "give a TOML spec")) from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not valid UTF-8 text; a spec is a TOML file (docs/sweep.md)") from None
     data = _parse(path, text)
     errors: list[str] = []
     for key in data:
