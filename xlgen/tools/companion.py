@@ -254,7 +254,7 @@ def _shown(path: Path) -> str:
 
 
 class _LoadDeadline(BaseException):
-    """The load deadline passed while a companion was loading (set_load_deadline)."""
+    """The load deadline passed while a companion was loading (load_deadline, deadline_for_command)."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -278,6 +278,7 @@ def _load_cached(path: str, digest: str) -> Companion:
 
 _DEADLINE: list = [None]  # (time.monotonic() by which a companion must have loaded, the seconds) or None
 _ANNOUNCED: set = set()
+_LOADED: set = set()  # (path, digest) of the companions _load_cached holds
 _CLICK_KEY = "xlgen_companion_deadline"
 
 
@@ -346,7 +347,11 @@ def load(path: str | Path) -> Companion:
     if _first_time(p):
         sys.stderr.write(f"xlgen: running the pipeline's companion {_shown(Path(p))} (its Python code)\n")
         sys.stderr.flush()
-    return _within_deadline(lambda: _load_cached(p, digest), p)
+    if (p, digest) in _LOADED:  # cached: nothing runs
+        return _load_cached(p, digest)
+    companion = _within_deadline(lambda: _load_cached(p, digest), p)
+    _LOADED.add((p, digest))
+    return companion
 
 
 def _within_deadline(load_it, path: str):
@@ -357,6 +362,8 @@ def _within_deadline(load_it, path: str):
 
     limit = _current_deadline()
     if limit is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        return load_it()
+    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # inside another timer (the simulator's): that one governs
         return load_it()
     deadline, seconds = limit
 
