@@ -531,6 +531,7 @@ def test_a_reduction_too_long_for_the_simulators_memory(root, hi):
     out = run_cli(["sim", "long.xl", "--count", "1", "--param", f"hi={hi}"], root, 1,
                   f"a lanes loop or reduction of {hi} iterations")
     assert time.monotonic() - started < 30 and "XLGEN_SIM_LANES_MAX" in out
+    assert "long.xl:12: the simulator stopped" in out  # the reduction's line
 
 
 def test_sixteen_pools_of_2_28_elements(root):
@@ -547,7 +548,8 @@ def test_sixty_five_dimensions(root, kind):
     decl = (f"tensor w: f32[{dims}]" if kind == "tensor"
             else f"shared {{\n    own: i32[1]\n}}\n\npool pl: f32[{dims}] owned by own")
     (root / "work" / "d.xl").write_text(OK.replace("request {", f"{decl}\n\nrequest {{"))
-    run_cli(["check", "d.xl"], root, 1, "65 dimensions; the limit is 64")
+    run_cli(["check", "d.xl"], root, 1, f"{kind} '{'w' if kind == 'tensor' else 'pl'}' has 65 dimensions; the limit "
+            "is 64")
 
 
 # ---- --weights ----------------------------------------------------------------------------------

@@ -41,9 +41,28 @@ class SimulatorLimit(click.ClickException):
     """A legal lanes loop or reduction too long for the simulator's memory (the message says what to do)."""
 
 
+def _where() -> str:
+    """`FILE.xl:LINE: ` of the generated statement that is running (its `# @xl:N` mark), or ''."""
+    import linecache
+    import re
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None and "SOURCE" not in frame.f_globals:
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    for lineno in range(frame.f_lineno, max(frame.f_lineno - 8, 0), -1):  # the mark is on the range's line
+        match = re.search(r"# @xl:(\d+)", linecache.getline(frame.f_code.co_filename, lineno))
+        if match:
+            return f"{frame.f_globals['SOURCE']}:{match.group(1)}: "
+    return ""
+
+
 def _check_length(n: int, what: str) -> None:
     if n > LANES_MAX:
-        raise SimulatorLimit(f"the simulator stopped: a {what} of {n} iterations needs about {n * 48 >> 30} GiB "
+        raise SimulatorLimit(f"{_where()}the simulator stopped: a {what} of {n} iterations needs about "
+                             f"{n * 48 >> 30} GiB "
                              f"here (it evaluates them at once; the limit is {LANES_MAX}); shorten the range, or "
                              "set XLGEN_SIM_LANES_MAX to a larger count if the memory is there")
 _BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]

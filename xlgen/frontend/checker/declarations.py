@@ -193,12 +193,14 @@ class DeclarationRules:
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
 
-    def _dims(self, exprs, what: str) -> list[int] | None:
+    def _dims(self, exprs, what: str, name: str = "") -> list[int] | None:
         """A tensor's or pool's constant dimensions, each positive, at most MAX_DIMENSIONS of them;
         None after an error."""
         if len(exprs) > MAX_DIMENSIONS:
-            self.error(exprs[MAX_DIMENSIONS].loc, f"{len(exprs)} dimensions; the limit is {MAX_DIMENSIONS} (numpy's, "
-                                                  "which the simulator uses): merge some of them")
+            kind = what.split()[1]  # "a tensor dimension" -> tensor
+            self.error(exprs[MAX_DIMENSIONS].loc, f"{kind} '{name}' has {len(exprs)} dimensions; the limit is "
+                                                  f"{MAX_DIMENSIONS} (numpy's, which the simulator uses): merge some "
+                                                  "of them")
             return None
         dims = [self._const_int(d, what) for d in exprs]
         if any(d is None for d in dims):
@@ -215,7 +217,7 @@ class DeclarationRules:
         if node.elem != "f32":
             self.error(node.loc, f"tensor '{node.name}' holds {node.elem}; tensors hold f32")
             return
-        dims = self._dims(node.dims, "a tensor dimension")
+        dims = self._dims(node.dims, "a tensor dimension", node.name)
         if dims is None:
             return
         t = ir.Tensor(node.name, F32, tuple(dims), node.loc)
@@ -231,7 +233,7 @@ class DeclarationRules:
         if elem not in POOL_ELEMENTS:
             self.error(node.loc, f"pool '{node.name}' holds {node.elem}; pools hold i32, u32 or f32")
             return
-        dims = self._dims(node.dims, "a pool dimension")
+        dims = self._dims(node.dims, "a pool dimension", node.name)
         if dims is None:
             return
         pool = ir.Pool(node.name, elem, tuple(dims), node.owner.name, node.loc)
