@@ -592,3 +592,50 @@ def test_a_declared_array_of_the_wrong_shape_is_refused_before_it_is_read(root, 
 
     monkeypatch.setattr(npyio.NpzFile, "__getitem__", lambda self, key: pytest.fail(f"{key} was read"))
     run_cli(["sim", "t.xl", "--weights", "w.npz"], root, 2, "expected f32[2, 3], found float32[3000, 3]")
+
+
+# ---- the simulator's pieces for long ranges (xlgen/semantics/vec.py: lane_chunks, Pieces) --------
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "argmax", "argmin"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
+def test_a_reduction_in_pieces_has_the_bits_of_the_whole(op, dtype):
+    """Pieces of 64 iterations give what reduce_sum/reduce_best give on the whole range: f32 sums
+    lane by lane in order (NaN, infinities, -0.0 and cancellation included), ties to the lowest index."""
+    from xlgen.semantics import vec
+
+    rng = np.random.default_rng(26)
+    for n, start in ((0, 5), (1, -3), (31, 0), (64, 7), (65, -100), (1000, 12), (4099, 1 << 30)):
+        if dtype is np.float32:
+            v = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+            special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 3.4e38, -3.4e38], dtype=np.float32)
+            if n in (31, 65):  # elsewhere finite: sums whose bits depend on the order
+                v[rng.random(n) < 0.05] = rng.choice(special)
+        else:
+            v = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, n, dtype=np.int64, endpoint=True).astype(dtype)
+            v[rng.random(n) < 0.1] = v[0] if n else 0  # ties
+        whole = vec.Lanes(start, start + n)
+        want = vec.reduce_sum(whole, v, dtype) if op == "sum" else vec.reduce_best(whole, v, dtype, op)
+        pieces = vec.Pieces(op, dtype)
+        for L in vec.lane_chunks(start, start + n, 64):
+            pieces.add(L, v[L.index.astype(np.int64) - start])
+        got = pieces.result()
+        rtype = np.int32 if op.startswith("arg") else dtype
+        assert np.asarray(got, dtype=rtype).tobytes() == np.asarray(want, dtype=rtype).tobytes(), (op, dtype, n)
+
+
+def test_a_lanes_loop_in_pieces_fails_with_the_lowest_index():
+    from xlgen.semantics import vec
+    from xlgen.semantics.ops import ERR_DIV_ZERO, ERR_INDEX, XlRuntimeError
+
+    pieces = vec.Pieces("loop")
+    ran = []
+    for L in vec.lane_chunks(0, 300, 64):
+        ran.append(len(L.index))
+        L.check(L.index == 200, ERR_INDEX, 9)
+        L.check(L.index == 130, ERR_DIV_ZERO, 7)
+        L.end()
+        pieces.add(L)
+    assert ran == [64, 64, 64, 64, 44]  # every piece runs: the other iterations go on
+    with pytest.raises(XlRuntimeError) as failed:
+        pieces.result()
+    assert (failed.value.code, failed.value.line) == (ERR_DIV_ZERO, 7)
