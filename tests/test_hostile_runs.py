@@ -639,3 +639,16 @@ def test_a_lanes_loop_in_pieces_fails_with_the_lowest_index():
     with pytest.raises(XlRuntimeError) as failed:
         pieces.result()
     assert (failed.value.code, failed.value.line) == (ERR_DIV_ZERO, 7)
+
+
+def test_a_timeout_between_two_lines_still_gives_the_hang_report():
+    """Python 3.11 may stop a frame where it has no line (tb_lineno None): the report skips that
+    frame instead of failing with a TypeError (seen as a sweep point's error under load)."""
+    from types import SimpleNamespace
+
+    from xlgen.runtime import sim
+
+    frame = SimpleNamespace(f_code=SimpleNamespace(co_filename="/x/p_sim.py"))
+    inner = SimpleNamespace(tb_frame=frame, tb_lineno=None, tb_next=None)
+    exc = SimpleNamespace(line=0, __traceback__=SimpleNamespace(tb_frame=frame, tb_lineno=None, tb_next=inner))
+    assert sim._error_line(exc, "/x/p_sim.py") == 0

@@ -50,7 +50,7 @@ def _where() -> str:
     frame = sys._getframe(2)
     while frame is not None and "SOURCE" not in frame.f_globals:
         frame = frame.f_back
-    if frame is None:
+    if frame is None or frame.f_lineno is None:
         return ""
     for lineno in range(frame.f_lineno, max(frame.f_lineno - 8, 0), -1):  # the mark is on the range's line
         match = re.search(r"# @xl:(\d+)", linecache.getline(frame.f_code.co_filename, lineno))
