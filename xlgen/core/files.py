@@ -7,6 +7,11 @@ size limit, a permission) leaves the old file as it was. A generated file's
 name in an output directory must be free or a regular file: xlgen never writes
 through a symbolic link (it could point anywhere). Every failure is a
 FileProblem whose message names the path and says what to do.
+
+The same holds for files a library writes by name (matplotlib's savefig, pyarrow:
+`write_with` gives it a temporary name beside the target) and for appends
+(`open_for_append`: O_NOFOLLOW, a regular file only); `output_directory` checks a
+command's output directory and its files' names before a long run.
 """
 
 from __future__ import annotations
