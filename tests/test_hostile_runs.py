@@ -652,3 +652,20 @@ def test_a_timeout_between_two_lines_still_gives_the_hang_report():
     inner = SimpleNamespace(tb_frame=frame, tb_lineno=None, tb_next=None)
     exc = SimpleNamespace(line=0, __traceback__=SimpleNamespace(tb_frame=frame, tb_lineno=None, tb_next=inner))
     assert sim._error_line(exc, "/x/p_sim.py") == 0
+
+
+@pytest.mark.parametrize("command", ["demo", "sweep"])
+def test_output_folder_not_writable_as_any_user(root, monkeypatch, command):
+    """The not-writable check itself, also where the tests run as root (who may write anyway):
+    os.access says no for the output folder."""
+    work = root / "work"
+    (work / "ro").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p).name == "ro" and mode & os.W_OK
+                        else real_access(p, mode, **kw))
+    if command == "demo":
+        run_cli(["demo", "--no-gpu", "-w", "small", "-o", "ro"], root, 1, "-o 'ro': the directory is not writable")
+    else:
+        _sweep_spec(work, "[grid]\nmode = [0]\n")
+        run_cli(["sweep", "s.toml", "--serial", "-o", "ro"], root, 1, "cannot write results into 'ro': permission "
+                "denied")
