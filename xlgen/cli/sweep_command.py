@@ -27,7 +27,7 @@ Examples:
                    "(default: the machine's cores).")
 @click.option("--serial", is_flag=True, help="Run the points one after another in this process, without Ray.")
 @click.option("--retry-failed", is_flag=True, help="Run again the points recorded as failed.")
-@click.option("--dry-run", is_flag=True, help="List the points and which are finished; run nothing.")
+@click.option("--dry-run", is_flag=True, help="Count the points, list the first 50 and which are finished; run nothing.")
 @_friendly
 def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
     """Run a policy sweep described in SPEC (TOML; docs/sweep.md) as Ray tasks.
