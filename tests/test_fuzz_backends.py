@@ -119,6 +119,31 @@ def test_generated_programs_are_valid():
             pytest.fail(f"the checker rejects a generated program\n{case.describe()}\n{e.render()}", pytrace=False)
 
 
+# Seeds whose programs the checker once rejected (issue 26: a const as the unchanging index of a
+# pool written in a lanes loop folded to an out-of-range constant index).
+REJECTED_ONCE = (913319, 913385, 913447, 914085, 914208, 930070)
+
+
+def test_generated_programs_are_valid_on_many_seeds():
+    """The seeds once rejected and 250 around them (check only, no compile): every program is valid."""
+    from xlgen.frontend.checker import PRELUDE_NAME, check_modules
+    from xlgen.frontend.parser import parse_text
+    from xlgen.core.resources import runtime_dir
+
+    prelude = (runtime_dir() / "prelude.xl").read_text()
+    seeds = sorted(set(REJECTED_ONCE) | set(range(913300, 913450)) | set(range(914080, 914130))
+                   | set(range(930050, 930100)))
+    rejected = []
+    for seed in seeds:
+        case = generate(seed)
+        sources = {PRELUDE_NAME: prelude, "fuzz.xl": case.source}
+        try:
+            check_modules([parse_text(prelude, PRELUDE_NAME), parse_text(case.source, "fuzz.xl")], sources)
+        except CompileError as e:
+            rejected.append(f"seed {seed}: {next(l for l in e.render().splitlines() if 'error' in l)}")
+    assert not rejected, "the checker rejects generated programs:\n" + "\n".join(rejected)
+
+
 def test_generator_is_deterministic():
     assert generate(1234).source == generate(1234).source
     assert generate(1234).launches == generate(1234).launches

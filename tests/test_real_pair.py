@@ -81,7 +81,7 @@ def test_the_binding_names_byte_specs_interface():
     with pytest.raises(ValueError):
         b.params("fixed", 0)
     assert (b.verify_stage, b.accepted, b.block) == ("spec_verify", "accepted_prefix_len", "current_block_size")
-    with pytest.raises(rp.RealPairError, match="not a binding.*KeyError: 'request'"):
+    with pytest.raises(rp.RealPairError, match="not a binding.*no key 'request'"):
         rp.parse_binding({"pipeline": "x.xl"})
 
 

@@ -55,7 +55,7 @@ def _bind_weights(module, workload) -> None:
     path = context.meta.get("xlgen_weights") if context is not None else None
     declared = getattr(module.Params, "TENSORS", {})
     try:
-        arrays = load_weights(path) if path is not None else {}
+        arrays = load_weights(path, declared) if path is not None else {}
         bind(declared, arrays, source=str(path) if path is not None else "the launch (no --weights FILE)")
     except WeightsError as exc:
         raise click.UsageError(f"--weights: {exc}") from None
@@ -208,6 +208,9 @@ def _check_output_path(path, option: str) -> None:
         raise click.UsageError(f"{option} {path}: no such directory {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise click.UsageError(f"{option} {path}: not writable")
+    if path.is_symlink():  # written atomically after the run, never through a link
+        raise click.UsageError(f"{option} {path}: is a symbolic link; xlgen does not write through links: "
+                               "remove the link or give another path")
 
 
 def _check_show(compiled, show: str | None) -> list[str]:
@@ -277,6 +280,9 @@ _WORKLOAD_OPTIONS = [
 def _positive_seconds(ctx, param, value):
     if value is not None and not (value > 0 and value != float("inf")):
         raise click.BadParameter(f"{value}: give a positive number of seconds")
+    from ..tools.companion import deadline_for_command
+
+    deadline_for_command(value)  # the timer starts now: a companion that loops when imported is stopped too
     return value
 
 

@@ -366,6 +366,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     (schema xlgen.result/1, docs/results_json.md; the report itself under "bench").
     """
     from ..tools.bench import run_bench
+    from ..core.files import write_atomically
     from ..runtime import gpu
 
     _check_output_path(md_path, "--markdown")
@@ -380,7 +381,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
         click.echo(report.table())
         _json_bench(compiled, module, workload, report, report.sharded[-1].result if report.sharded else None)
         if md_path:
-            md_path.write_text(report.markdown() + "\n")
+            write_atomically(md_path, report.markdown() + "\n")
         if not report.identical:
             sys.exit(EXIT_MISMATCH)
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(report.sharded[-1].result) else EXIT_OK)
@@ -394,7 +395,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     click.echo(report.table())
     _json_bench(compiled, module, workload, report, getattr(report, "reference_result", None))
     if md_path:
-        md_path.write_text(report.markdown() + "\n")
+        write_atomically(md_path, report.markdown() + "\n")
     if not all(v.identical for v in report.variants):
         sys.exit(EXIT_MISMATCH)
     sys.exit(EXIT_REQUESTS_FAILED if report.metrics.get("failed_requests") else EXIT_OK)

@@ -27,7 +27,7 @@ Examples:
                    "(default: the machine's cores).")
 @click.option("--serial", is_flag=True, help="Run the points one after another in this process, without Ray.")
 @click.option("--retry-failed", is_flag=True, help="Run again the points recorded as failed.")
-@click.option("--dry-run", is_flag=True, help="List the points and which are finished; run nothing.")
+@click.option("--dry-run", is_flag=True, help="Count the points, list the first 50 and which are finished; run nothing.")
 @_friendly
 def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
     """Run a policy sweep described in SPEC (TOML; docs/sweep.md) as Ray tasks.
@@ -51,24 +51,33 @@ def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
             click.echo(f"xlgen: error: {exc}", err=True)
             sys.exit(EXIT_USAGE)
     try:
-        spec = engine.load_spec(spec_path)
+        spec = engine.load_spec(spec_path, preview=engine.DRY_RUN_PREVIEW if dry_run else None)
     except engine.SpecError as exc:
         click.echo(f"xlgen: error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     out_dir = out_dir or engine.default_out_dir(spec)
     if out_dir.exists() and not out_dir.is_dir():
         raise click.UsageError(f"--out {out_dir}: is a file; give a directory")
-    if dry_run:
-        store = engine.ResultStore(out_dir) if (out_dir / engine.RESULTS_FILE).exists() else None
+    if dry_run:  # the first points (a grid of 10^9 is counted, not built), and which are finished
+        store = engine.ResultStore(out_dir, read_only=True) if (out_dir / engine.RESULTS_FILE).exists() else None
+        for problem in store.problems if store else []:
+            click.echo(f"xlgen: warning: {_shown(problem)}", err=True)
         for p in spec.points:
             state = store.rows[p.key]["status"] if store and p.key in store.rows else "to run"
             click.echo(f"{p.index:>5} {state:>7}  {engine.describe_point(p, spec.columns)}")
-        click.echo(f"{len(spec.points)} points")
+        more = spec.total - len(spec.points)
+        click.echo(f"{spec.total:,} points" + (f" (the first {len(spec.points)} listed)" if more > 0 else ""))
+        if spec.total > engine.MAX_POINTS:
+            click.echo(f"xlgen: error: more than the {engine.MAX_POINTS:,} points a sweep runs: split the spec",
+                       err=True)
+            sys.exit(EXIT_USAGE)
         return
     bar = [None]
     counter = [0]
 
     def start(outcome, todo):
+        for problem in outcome.problems:
+            click.echo(f"xlgen: warning: {_shown(problem)}", err=True)
         where = "in this process" if serial else (f"on Ray at {address}" if address else "on a local Ray")
         click.echo(f"{spec.name}: {outcome.total} points, {outcome.skipped} finished earlier, {len(todo)} to run "
                    f"{where}; results in {_shown(out_dir)}/", err=True)
@@ -88,6 +97,9 @@ def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
     try:
         outcome = engine.run_sweep(spec, out_dir, address=address, cpus=cpus, serial=serial,
                                    retry_failed=retry_failed, on_result=arrived, on_start=start)
+    except engine.RayStartError as exc:
+        click.echo(f"xlgen: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     finally:
         if bar[0] is not None:
             bar[0].__exit__(None, None, None)

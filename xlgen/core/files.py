@@ -7,6 +7,11 @@ size limit, a permission) leaves the old file as it was. A generated file's
 name in an output directory must be free or a regular file: xlgen never writes
 through a symbolic link (it could point anywhere). Every failure is a
 FileProblem whose message names the path and says what to do.
+
+The same holds for files a library writes by name (matplotlib's savefig, pyarrow:
+`write_with` gives it a temporary name beside the target) and for appends
+(`open_for_append`: O_NOFOLLOW, a regular file only); `output_directory` checks a
+command's output directory and its files' names before a long run.
 """
 
 from __future__ import annotations
@@ -78,6 +83,33 @@ def read_source_bytes(path: Path) -> bytes:
     return data
 
 
+def read_source_bytes_any(path: Path) -> bytes:
+    """The bytes of a regular file of any size (a results file); FileProblem for a FIFO, a device,
+    a directory, a link loop or an unreadable file."""
+    name = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileProblem(path, f"no such file: '{name}'") from None
+    except OSError as exc:
+        raise FileProblem(path, _cannot_read(name, exc)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileProblem(path, f"'{name}' is not a regular file (a "
+                                    f"{'directory' if stat.S_ISDIR(mode) else _kind(mode)}); remove it or choose "
+                                    "another directory")
+        os.set_blocking(fd, True)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FileProblem(path, _cannot_read(name, exc)) from None
+    finally:
+        os.close(fd)
+
+
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks, size = [], 0
     while size < limit:
@@ -130,6 +162,18 @@ def _ensure_directory(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def output_directory(out: Path, names=(), option: str = "-o") -> None:
+    """Create the output directory `out` and make sure the files `names` can be written there
+    (before a long run, not after it): FileProblem for a file in the way, a directory that is not
+    writable, or a name that is a link, a directory or a special file."""
+    ensure_directory(out)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise FileProblem(out, f"{option} '{out}': the directory is not writable (permission denied); fix its "
+                               "permissions or choose another directory")
+    for name in names:
+        check_target(Path(out) / name)
+
+
 def check_target(path: Path) -> bool:
     """Whether `path` exists (as a regular file); FileProblem if it is something xlgen must not replace."""
     try:
@@ -140,7 +184,7 @@ def check_target(path: Path) -> bool:
         raise FileProblem(path, f"cannot use '{path}': {exc.strerror or exc}") from None
     if stat.S_ISLNK(mode):
         raise FileProblem(path, f"'{path}' is a symbolic link; xlgen does not write through links (it could "
-                                "point out of the output directory): remove the link or choose another directory")
+                                "point anywhere): remove the link or choose another directory")
     if stat.S_ISDIR(mode):
         raise FileProblem(path, f"'{path}' is a directory where a generated file belongs; remove it or choose "
                                 "another output directory")
@@ -164,21 +208,43 @@ def write_atomically(path: Path, data: bytes | str, keep_mode_of: Path | None = 
     """Replace `path` with `data` all at once: the old content or the new, never a mixture or a half.
 
     The new file keeps the permission bits of `keep_mode_of` (the file it replaces) when given.
+    A symbolic link, a directory or a special file at `path` is refused (FileProblem).
     """
     if isinstance(data, str):
         data = data.encode("utf-8")
+
+    def put(fd: int, _tmp: Path) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    _replace_with(Path(path), put, keep_mode_of)
+
+
+def write_with(path: Path, produce) -> None:
+    """Write `path` through `produce(tmp)`, a function that writes a file by name (matplotlib's
+    savefig): into a temporary file of the same suffix beside it, then renamed over `path`.
+    Atomic and refusing links, as write_atomically."""
+    path = Path(path)
+    _replace_with(path, lambda _fd, tmp: produce(tmp), path if check_target(path) else None, close_first=True)
+
+
+def _replace_with(path: Path, put, keep_mode_of: Path | None = None, close_first: bool = False) -> None:
+    check_target(path)  # a link is replaced by os.replace, not followed; refused all the same (it was put there)
     directory = path.parent
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
     except OSError as exc:
         raise FileProblem(path, f"cannot write '{path}': {_why_not_written(exc)}") from None
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            if close_first:
+                os.close(fd)
+                fd = None
+            put(fd, Path(tmp))
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         if keep_mode_of is not None:
             os.chmod(tmp, stat.S_IMODE(os.stat(keep_mode_of).st_mode))
         else:  # mkstemp makes 0600; a new output gets the usual 0666 less the umask
@@ -211,3 +277,34 @@ _NOT_WRITTEN = {  # errno -> what went wrong and what to do
 
 def _why_not_written(exc: OSError) -> str:
     return _NOT_WRITTEN.get(exc.errno) or exc.strerror or str(exc)
+
+
+def open_for_append(path: Path):
+    """`path` opened to append text (created when missing): never through a symbolic link, only a
+    regular file; a text file object, line-buffered by the caller's flushes."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            check_target(path)  # the link message
+        if exc.errno == errno.EISDIR:
+            raise FileProblem(path, f"'{path}' is a directory; remove it or choose another directory") from None
+        raise FileProblem(path, f"cannot write '{path}': {_why_not_written(exc)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileProblem(path, f"'{path}' is not a regular file (a {_kind(mode)}); remove it or choose "
+                                    "another directory")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def refuse_link(path: Path) -> None:
+    """FileProblem when `path` is a symbolic link (before a library opens it by name)."""
+    if os.path.islink(path):
+        check_target(path)

@@ -172,11 +172,34 @@ class _Rules:
 
     # ---- companion "FILE.py"
     def companion(self, node: A.CompanionDecl) -> str | None:
+        """The companion's real path. Running a pipeline runs its companion's Python, so it is
+        confined to the main file's folder (docs/language.md, "The companion's trust model"):
+        only the main file declares one, by a relative path without `..` that stays in the folder."""
         path = Path(node.path)
+        main_file = getattr(self.c, "main_file", node.loc.file)
+        if node.loc.file != main_file:
+            self.c.error(node.loc, f"companion \"{node.path}\" is declared in an imported file: only the pipeline's "
+                                   f"main file ({Path(main_file).name}) may declare its companion; move the "
+                                   "declaration there")
+            return None
         if path.suffix != ".py":
             self.c.error(node.loc, f"companion \"{node.path}\": a companion is a Python module (a .py file)")
             return None
-        full = path if path.is_absolute() else Path(node.loc.file).parent / path
+        if path.is_absolute() or node.path.startswith("~") or ".." in path.parts or "\0" in node.path:
+            self.c.error(node.loc, f"companion \"{node.path}\": a companion must be inside the pipeline's folder; "
+                                   f"give a path relative to {Path(node.loc.file).name}'s folder, without '..' (copy "
+                                   "or move the module there)")
+            return None
+        full = Path(node.loc.file).parent / path
+        try:
+            folder = os.path.realpath(Path(node.loc.file).parent)
+            inside = os.path.commonpath([folder, os.path.realpath(full)]) == folder
+        except (OSError, ValueError):
+            inside = False
+        if not inside:
+            self.c.error(node.loc, f"companion \"{node.path}\": leads out of the pipeline's folder through a "
+                                   "symbolic link; a companion must be inside the folder (copy the module there)")
+            return None
         try:
             is_file = full.is_file()
         except (OSError, ValueError):

@@ -100,7 +100,7 @@ def _error_line(exc: BaseException, module_file: str) -> int:
     line = 0
     while tb is not None:
         frame = tb.tb_frame
-        if frame.f_code.co_filename == module_file:
+        if frame.f_code.co_filename == module_file and tb.tb_lineno is not None:  # None: stopped between lines
             text = linecache.getline(module_file, tb.tb_lineno)
             match = _LINE_MARK.search(text)
             if match:

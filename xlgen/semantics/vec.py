@@ -12,6 +12,9 @@ the lane-parallel section of xl_runtime.cuh.
 
 from __future__ import annotations
 
+import os
+
+import click
 import numpy as np
 
 from . import xlmath
@@ -26,6 +29,42 @@ SCALAR_MAX = 32
 
 def use_scalar(n: int) -> bool:
     return n <= SCALAR_MAX
+
+
+# The numpy path holds a lanes loop's (a reduction's) iterations at once, about 40 bytes each and
+# a few more per value: past this many the simulator stops with SimulatorLimit (a clear error,
+# not numpy's MemoryError after minutes of swapping). XLGEN_SIM_LANES_MAX raises it.
+LANES_MAX = int(os.environ.get("XLGEN_SIM_LANES_MAX", "0") or 0) or (1 << 25)
+
+
+class SimulatorLimit(click.ClickException):
+    """A legal lanes loop or reduction too long for the simulator's memory (the message says what to do)."""
+
+
+def _where() -> str:
+    """`FILE.xl:LINE: ` of the generated statement that is running (its `# @xl:N` mark), or ''."""
+    import linecache
+    import re
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None and "SOURCE" not in frame.f_globals:
+        frame = frame.f_back
+    if frame is None or frame.f_lineno is None:
+        return ""
+    for lineno in range(frame.f_lineno, max(frame.f_lineno - 8, 0), -1):  # the mark is on the range's line
+        match = re.search(r"# @xl:(\d+)", linecache.getline(frame.f_code.co_filename, lineno))
+        if match:
+            return f"{frame.f_globals['SOURCE']}:{match.group(1)}: "
+    return ""
+
+
+def _check_length(n: int, what: str) -> None:
+    if n > LANES_MAX:
+        raise SimulatorLimit(f"{_where()}the simulator stopped: a {what} of {n} iterations needs about "
+                             f"{n * 48 >> 30} GiB "
+                             f"here (it evaluates them at once; the limit is {LANES_MAX}); shorten the range, or "
+                             "set XLGEN_SIM_LANES_MAX to a larger count if the memory is there")
 _BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]
 
 
@@ -36,6 +75,7 @@ class Lanes:
 
     def __init__(self, start: int, stop: int):
         n = max(0, int(stop) - int(start))
+        _check_length(n, "lanes loop or reduction")
         self._begin(np.arange(int(start), int(start) + n, dtype=np.int64).astype(np.int32))
 
     def _begin(self, index: np.ndarray) -> None:
@@ -360,6 +400,97 @@ def reduce_best(L: Lanes, values, dtype, op: str):
     return best_values(_elements(L, values, dtype), L.index, dtype, op)
 
 
+# ---- long ranges in pieces ------------------------------------------------------------------
+# For the generated code of a long lanes loop or reduction (not wired in yet: emit_vec.py's to do):
+#
+#     pieces = Pieces(op, dtype)                 # or Pieces("loop", None) for a lanes loop
+#     for xl_L in lane_chunks(lo, hi):           # bounded memory; --timeout fires between pieces
+#         ... the body on xl_L, as today ...
+#         pieces.add(xl_L, xl_v)                 # a reduction's values (a loop: pieces.add(xl_L))
+#     xl_r = pieces.result()                     # the bits reduce_sum/reduce_best give on the whole range
+#
+# Pieces are whole rows of REDUCE_LANES, so lane l still adds elements l, l + 32, ... in order.
+
+CHUNK = 1 << 20  # iterations per piece (a multiple of REDUCE_LANES)
+
+
+def lane_chunks(start: int, stop: int, chunk: int = CHUNK):
+    """Lanes for start..stop in pieces of at most `chunk` iterations, in order (one empty piece
+    for an empty range)."""
+    assert chunk > 0 and chunk % REDUCE_LANES == 0
+    start, stop = int(start), int(stop)
+    if stop <= start:
+        yield Lanes(start, start)
+        return
+    for lo in range(start, stop, chunk):
+        yield Lanes(lo, min(lo + chunk, stop))
+
+
+class Pieces:
+    """A reduction (op: sum, max, min, argmax, argmin) or a lanes loop (op "loop") over the pieces
+    of its range, in order: the same result and the same error (the lowest failing index) as the
+    whole range at once. A reduction stops at its first failing piece (raises); a loop runs every
+    piece and raises the first failing piece's lowest error at `result()`."""
+
+    def __init__(self, op: str, dtype=None):
+        self.op, self.dtype = op, dtype
+        self.acc = None  # f32 sums: the 32 lanes' running sums
+        self.total = 0  # integer sums
+        self.best = None  # (key, index, value) of max/min/arg*
+        self.error = None  # a loop's first error
+
+    def add(self, L: Lanes, values=None) -> None:
+        if self.op == "loop":
+            if self.error is None:
+                try:
+                    L.raise_first()
+                except XlRuntimeError as exc:
+                    self.error = exc
+            return
+        v = _elements(L, values, self.dtype)  # raises the piece's lowest error: the range's, pieces in order
+        if self.op == "sum":
+            if self.dtype is not np.float32:
+                self.total += int(v.astype(np.int64).sum())
+                return
+            if len(v) == 0:
+                return
+            rows = -(-len(v) // REDUCE_LANES)
+            table = np.full(rows * REDUCE_LANES, -0.0, dtype=np.float32)
+            table[: len(v)] = v
+            table = table.reshape(rows, REDUCE_LANES)
+            if self.acc is not None:
+                table = np.vstack([self.acc[None, :], table])
+            with np.errstate(all="ignore"):
+                self.acc = np.add.accumulate(table, axis=0)[-1]
+            return
+        if len(v) == 0:
+            return
+        keys = _order_keys(v)
+        k = int(np.argmax(keys) if self.op in ("max", "argmax") else np.argmin(keys))
+        if self.best is None or (keys[k] > self.best[0] if self.op in ("max", "argmax") else keys[k] < self.best[0]):
+            self.best = (keys[k], int(L.index[k]), v[k:k + 1])  # ties keep the earlier piece: the lower index
+
+    def result(self):
+        if self.op == "loop":
+            if self.error is not None:
+                raise self.error
+            return None
+        if self.op == "sum":
+            if self.dtype is not np.float32:
+                return wrap_i32(self.total) if self.dtype is np.int32 else self.total & 0xFFFFFFFF
+            if self.acc is None:
+                return sum_values(np.zeros(0, dtype=np.float32), np.float32)
+            acc = self.acc
+            with np.errstate(all="ignore"):
+                for perm in _BUTTERFLY:
+                    acc = acc + acc[perm]
+            return float(acc[0])
+        if self.best is None:
+            return best_values(np.zeros(0, dtype=self.dtype), np.zeros(0, dtype=np.int64), self.dtype, self.op)
+        _key, index, value = self.best
+        return best_values(value, np.array([index], dtype=np.int64), self.dtype, self.op)
+
+
 def reduce_list(values: list, start: int, dtype, op: str):
     """A reduction whose elements the scalar path computed (in order, so its first error
     was the lowest index's)."""
@@ -430,6 +561,7 @@ class Elements(Lanes):
         stop = np.broadcast_to(np.asarray(stop, dtype=np.int64), (outer.n,))
         self.length = np.where(outer.ok(), np.maximum(stop - start, 0), 0)
         self.first = np.cumsum(self.length) - self.length  # each iteration's first element
+        _check_length(int(self.length.sum()), "reduction in a lanes loop (elements of all its iterations)")
         # j = start + (element - first), in wrapping int32 arithmetic: j itself fits
         shift = self.gather((start - self.first).astype(np.int32))
         self._begin(np.arange(int(self.length.sum()), dtype=np.int32) + shift)

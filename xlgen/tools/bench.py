@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 
@@ -161,5 +162,6 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
 
 
 def save(report: BenchReport, path) -> None:
-    with open(path, "w") as f:
-        json.dump(report.to_json(), f, indent=2)
+    from ..core.files import write_atomically
+
+    write_atomically(Path(path), json.dumps(report.to_json(), indent=2))

@@ -51,6 +51,7 @@ A companion that fails to import, or a function of it that raises, is reported a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -252,6 +253,10 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+class _LoadDeadline(BaseException):
+    """The load deadline passed while a companion was loading (load_deadline, deadline_for_command)."""
+
+
 @functools.lru_cache(maxsize=32)
 def _load_cached(path: str, digest: str) -> Companion:
     mod_name = f"xlgen_companion_{Path(path).stem}_{digest}"
@@ -264,21 +269,118 @@ def _load_cached(path: str, digest: str) -> Companion:
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - the companion's own code
         del sys.modules[mod_name]
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, _LoadDeadline)):
             raise
         raise CompanionError(f"{_line_in(exc, Path(path), _shown(Path(path)))}: the companion module failed to "
                              f"load: {type(exc).__name__}: {exc}") from None
     return Companion(Path(path), module)
 
 
+_DEADLINE: list = [None]  # (time.monotonic() by which a companion must have loaded, the seconds) or None
+_ANNOUNCED: set = set()
+_LOADED: set = set()  # (path, digest) of the companions _load_cached holds
+_CLICK_KEY = "xlgen_companion_deadline"
+
+
+@contextlib.contextmanager
+def load_deadline(seconds: float | None):
+    """Within the block, a companion must finish loading within `seconds` from now (a sweep's
+    `timeout`): a module that loops when imported is stopped with a CompanionError."""
+    import time
+
+    saved = _DEADLINE[0]
+    _DEADLINE[0] = None if not seconds else (time.monotonic() + seconds, seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE[0] = saved
+
+
+def deadline_for_command(seconds: float | None) -> None:
+    """The same for the rest of the current click command (`--timeout`, whose timer starts
+    before the companion loads)."""
+    import time
+
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_CLICK_KEY] = None if not seconds else (time.monotonic() + seconds, seconds)
+
+
+def _first_time(path: str) -> bool:
+    """Whether this command (the click command running, else this process) loads `path` for the first time."""
+    try:
+        import click
+
+        ctx = click.get_current_context(silent=True)
+    except ImportError:
+        ctx = None
+    seen = ctx.find_root().meta.setdefault("xlgen_companions_announced", set()) if ctx is not None else _ANNOUNCED
+    if path in seen:
+        return False
+    seen.add(path)
+    return True
+
+
+def _current_deadline():
+    try:
+        import click
+
+        ctx = click.get_current_context(silent=True)
+    except ImportError:
+        ctx = None
+    if ctx is not None and ctx.meta.get(_CLICK_KEY) is not None:
+        return ctx.meta[_CLICK_KEY]
+    return _DEADLINE[0]
+
+
 def load(path: str | Path) -> Companion:
-    """Load a companion module by path (once per content of the file)."""
+    """Load a companion module by path (once per content of the file), saying so on stderr the
+    first time: loading it runs its Python (docs/language.md, "The companion's trust model")."""
     p = os.path.realpath(path)
     try:
         data = Path(p).read_bytes()
     except OSError as exc:
         raise CompanionError(f"{_shown(Path(path))}: cannot read the companion module: {exc.strerror}") from None
-    return _load_cached(p, hashlib.sha256(p.encode() + b"\0" + data).hexdigest()[:16])
+    digest = hashlib.sha256(p.encode() + b"\0" + data).hexdigest()[:16]
+    if _first_time(p):
+        sys.stderr.write(f"xlgen: running the pipeline's companion {_shown(Path(p))} (its Python code)\n")
+        sys.stderr.flush()
+    if (p, digest) in _LOADED:  # cached: nothing runs
+        return _load_cached(p, digest)
+    companion = _within_deadline(lambda: _load_cached(p, digest), p)
+    _LOADED.add((p, digest))
+    return companion
+
+
+def _within_deadline(load_it, path: str):
+    """load_it() stopped (SIGALRM, main thread) when the load deadline passes."""
+    import signal
+    import threading
+    import time
+
+    limit = _current_deadline()
+    if limit is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        return load_it()
+    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # inside another timer (the simulator's): that one governs
+        return load_it()
+    deadline, seconds = limit
+
+    def expire(signum, frame):
+        raise _LoadDeadline()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 0.001))
+        return load_it()
+    except _LoadDeadline:
+        raise CompanionError(f"{_shown(Path(path))}: the companion module did not finish loading within the "
+                             f"timeout ({seconds:g} s); does it loop or wait when imported? Fix it, or raise "
+                             "--timeout") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def of_program(program) -> Companion | None:

@@ -20,6 +20,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     from .companion import Run, Unavailable, of_program, params_by_name
     from .diff import compare
     from .metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
+    from ..core.files import output_directory, write_with
     from ..core.resources import data_dir
     from ..runtime import cpu, sim
     from .workload import load as load_workload, resolve
@@ -29,7 +30,9 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     module = compiled.sim_module()
     workload = load_workload(resolve(workload_name), module)
     companion = of_program(compiled.program)
-    out_dir.mkdir(parents=True, exist_ok=True)  # after the workload: a bad one leaves nothing behind
+    plots = companion.of("plot") if companion else []
+    # after the workload (a bad one leaves nothing behind), before the run: every plot's name writable
+    output_directory(out_dir, [f"{hook.name}.png" for hook in plots])
     n = len(workload.inputs)
     click.echo(f"pipeline {compiled.name} from {source}: generated code in {compiled.dir}")
     click.echo(f"workload {workload.name}: {n} requests, batch capacity {workload.config.max_active}")
@@ -39,7 +42,6 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
 
         use_gpu = gpu.available()
     backends = ["cpu"] + (["gpu"] if use_gpu else [])
-    plots = companion.of("plot") if companion else []
     steps = n + len(backends) + len(plots)
     agreed = True
     results = {}
@@ -70,8 +72,8 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
         run = Run(compiled.program, reference, params_by_name(module, workload.params), workload.name)
         for hook in plots:
             path = out_dir / f"{hook.name}.png"
-            try:
-                companion.call(hook, run, path)
+            try:  # atomically, never through a link
+                write_with(path, lambda tmp, hook=hook: companion.call(hook, run, tmp))
                 written.append(path)
             except Unavailable as why:
                 click.echo(f"plot {hook.name}: {why}", err=True)

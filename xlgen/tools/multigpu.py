@@ -268,12 +268,15 @@ class ShardPool:
 
     def __init__(self, compiled, pipeline_path, workers: int, backend: str = "gpu", address: str | None = None,
                  cpus: int | None = None):
-        from .sweep import start_ray
+        from .sweep import RayStartError, start_ray
 
         self.compiled = compiled
         self.backend = backend
         gpu = backend.startswith("gpu")
-        ray = self.ray = start_ray(address, cpus)
+        try:
+            ray = self.ray = start_ray(address, cpus)
+        except RayStartError as exc:
+            raise ShardError(str(exc)) from None
         have = ray.cluster_resources().get("GPU" if gpu else "CPU", 0)
         if have < workers:
             what = "GPUs" if gpu else "CPU slots"

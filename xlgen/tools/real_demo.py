@@ -91,7 +91,10 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     module = compiled.sim_module()
     program = compiled.program
     rp.check_binding(program, binding)
-    out_dir.mkdir(parents=True, exist_ok=True)  # after every input was checked: a bad one leaves nothing behind
+    from ..core.files import output_directory
+
+    # after every input was checked (a bad one leaves nothing behind), before the runs
+    output_directory(out_dir, ["real_block_sizes.png"])
 
     if use_gpu is None:
         from ..runtime import gpu

@@ -123,8 +123,9 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
                        block=str(verify["block"]), proposed=verify.get("proposed"),
                        proposed_total=verify.get("proposed_total"))
     except (KeyError, TypeError, ValueError) as exc:
-        raise RealPairError(f"{source}: not a binding of the pair to a pipeline "
-                            f"({type(exc).__name__}: {exc}; see models/bytes_pair/pipeline.json)") from None
+        what = f"no key {exc}" if isinstance(exc, KeyError) else f"a value of the wrong kind ({exc})"
+        raise RealPairError(f"{source}: not a binding of the pair to a pipeline ({what}); restore "
+                            "models/bytes_pair/pipeline.json from the checkout (git checkout models/)") from None
 
 
 @lru_cache(maxsize=8)
@@ -132,7 +133,10 @@ def _binding(path: str) -> Binding:
     try:
         return parse_binding(json.loads(Path(path).read_text()), path)
     except OSError as exc:
-        raise RealPairError(f"{path}: {exc.strerror or exc}") from None
+        raise RealPairError(f"{path}: {(exc.strerror or str(exc)).lower()}; the real model pair lives in "
+                            "models/bytes_pair/ of an xlgen checkout") from None
+    except UnicodeDecodeError:
+        raise RealPairError(f"{path}: not valid UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise RealPairError(f"{path}: not JSON ({exc})") from None
 
@@ -199,7 +203,11 @@ class Prompt:
 def parse_prompts(doc: dict, source: str = "prompts") -> list[Prompt]:
     """{"prompts": [{"name", "kind", "text" | "hex"}, ...]} as Prompts, checked."""
     out, problems = [], []
-    for i, p in enumerate(doc.get("prompts", []) if isinstance(doc, dict) else []):
+    listed = doc.get("prompts", []) if isinstance(doc, dict) else None
+    if not isinstance(listed, list):
+        raise RealPairError(f"{source}: expected {{\"prompts\": [{{\"name\", \"kind\", \"text\" or \"hex\"}}, ...]}}; "
+                            "restore it from the checkout (git checkout models/)")
+    for i, p in enumerate(listed):
         where = f"prompt {i}" + (f" ('{p['name']}')" if isinstance(p, dict) and "name" in p else "")
         if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not isinstance(p.get("kind"), str):
             problems.append(f"{where}: needs a 'name' and a 'kind' (strings)")
@@ -229,7 +237,10 @@ def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except OSError as exc:
-        raise RealPairError(f"{path}: {exc.strerror or exc}") from None
+        raise RealPairError(f"{path}: {(exc.strerror or str(exc)).lower()}; the real model pair lives in "
+                            "models/bytes_pair/ of an xlgen checkout") from None
+    except UnicodeDecodeError:
+        raise RealPairError(f"{path}: not valid UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise RealPairError(f"{path}: not JSON ({exc})") from None
 
@@ -298,7 +309,8 @@ def load_weights(path: str | Path | None = None) -> dict[str, np.ndarray]:
 
     path = Path(path) if path is not None else pair_file()
     if not path.is_file():
-        raise RealPairError(f"{path}: no such file (python3 models/byte_lm.py pair writes it)")
+        why = "is not a regular file" if path.exists() or path.is_symlink() else "no such file"
+        raise RealPairError(f"{path}: {why} (python3 models/byte_lm.py pair writes it)")
     try:
         arrays = dict(load_file(str(path)))
     except Exception as exc:  # safetensors' own error types for a bad header
@@ -348,7 +360,9 @@ def parse_reference(doc: dict, model: str = "target", source: str = "the referen
             out[r["name"]] = Recorded(r["name"], tuple(int(t) for t in r["tokens"]), float(r["min_margin"]), margins)
         return out
     except (KeyError, TypeError, ValueError) as exc:
-        raise RealPairError(f"{source}: not a reference of model '{model}' ({type(exc).__name__}: {exc})") from None
+        what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise RealPairError(f"{source}: not a reference of model '{model}' ({what}); restore it from the checkout "
+                            "(git checkout models/)") from None
 
 
 def load_reference(path: str | Path | None = None, model: str | None = None) -> dict[str, Recorded]:
@@ -595,10 +609,14 @@ def plot_block_sizes(rows: list[Speculation], path: str | Path, title: str = "")
     fig.supylabel("block size chosen (ASBS)", fontsize=9)
     fig.suptitle(title or "ASBS block size per verify step, real byte-level model pair", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.80, 1))
+    from ..core.files import ensure_directory, write_with
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    ensure_directory(path.parent)
+    try:
+        write_with(path, fig.savefig)  # atomically, never through a link
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -71,6 +71,14 @@ class RayMissing(ImportError):
     pass
 
 
+class RayStartError(RuntimeError):
+    """Ray could not be started or joined; the message says where and what to do."""
+
+
+MAX_POINTS = 1_000_000  # a sweep runs at most this many points (each a task and a line of results)
+DRY_RUN_PREVIEW = 50  # points --dry-run lists
+
+
 def require_ray():
     try:
         import ray
@@ -113,6 +121,7 @@ class Spec:
     plots: list[Plot] = field(default_factory=list)
     workloads: dict = field(default_factory=dict)  # workload name -> Workload (checked against the pipeline)
     compiled: object = None
+    total: int = 0  # points in the spec (more than len(points) only when load_spec built a preview)
 
     @property
     def varying(self) -> list[str]:
@@ -120,20 +129,31 @@ class Spec:
         return [c for c in self.columns if len({_hashable(p.axes.get(c)) for p in self.points}) > 1]
 
 
-def load_spec(path: str | Path) -> Spec:
+def load_spec(path: str | Path, preview: int | None = None) -> Spec:
     """Read and check a spec: every problem is collected and raised together as a SpecError;
-    the pipeline is compiled and every workload loaded against it before anything runs."""
+    the pipeline is compiled and every workload loaded against it before anything runs.
+
+    The points are counted before any is built: more than MAX_POINTS is a SpecError, unless
+    `preview` is given (--dry-run), which builds only the first `preview` points (spec.total
+    says how many there are)."""
     from ..backends.build import load
     from ..core.diagnostics import CompileError, did_you_mean
     from .workload import WorkloadError, load as load_workload, resolve
 
+    from ..core.files import MAX_SOURCE_BYTES, FileProblem, read_source_bytes_any
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+        if path.is_file() and path.stat().st_size > 16 * MAX_SOURCE_BYTES:
+            raise SpecError(f"{path}: larger than {16 * MAX_SOURCE_BYTES >> 20} MiB; a spec is a small TOML file "
+                            "(docs/sweep.md)")
+        text = read_source_bytes_any(path).decode("utf-8")  # a regular file: a FIFO or /dev/zero is refused
+    except FileProblem as exc:
+        raise SpecError(exc.message.replace("remove it or choose another directory", "give a TOML spec")) from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not valid UTF-8 text; a spec is a TOML file (docs/sweep.md)") from None
     data = _parse(path, text)
     errors: list[str] = []
     for key in data:
@@ -202,28 +222,35 @@ def load_spec(path: str | Path) -> Spec:
                           f"{did_you_mean(column, list(params) + list(RESERVED_AXES))} nor one of "
                           f"{', '.join(RESERVED_AXES)} (its parameters: {', '.join(params) or 'none'})")
 
-    combos = []
-    if grid or not explicit:
-        names = list(grid_axes)
-        for values in itertools.product(*(grid_axes[n] for n in names)):
-            combos.append(dict(zip(names, values)))
-    for p in explicit:  # crossed with the top-level workloads/backends/launch lists it does not set itself
-        own = {_axis_name(k): v for k, v in p.items()}
-        rest = [n for n in base_axes if n not in own]
-        for values in itertools.product(*(base_axes[n] for n in rest)):
-            combos.append(dict(zip(rest, values)) | own)
+    def combos():  # lazily: a grid of 10^9 points is counted, never built
+        if grid or not explicit:
+            names = list(grid_axes)
+            for values in itertools.product(*(grid_axes[n] for n in names)):
+                yield dict(zip(names, values))
+        for p in explicit:  # crossed with the top-level workloads/backends/launch lists it does not set itself
+            own = {_axis_name(k): v for k, v in p.items()}
+            rest = [n for n in base_axes if n not in own]
+            for values in itertools.product(*(base_axes[n] for n in rest)):
+                yield dict(zip(rest, values)) | own
 
-    # Check every value once (not once per point), then every workload once.
+    total = (math.prod(len(v) for v in grid_axes.values()) if grid or not explicit else 0) + sum(
+        math.prod(len(base_axes[n]) for n in base_axes if n not in {_axis_name(k) for k in p}) for p in explicit)
+    if total > MAX_POINTS and preview is None:
+        errors.append(f"the spec has {total:,} points, more than the {MAX_POINTS:,} a sweep runs: split it into "
+                      "smaller specs (--dry-run counts the points and lists the first)")
+
+    # Check every value once (not once per point), then every workload once: the values of every
+    # axis (each a point's value for its column), not the points.
     checked: dict = {}
-    for combo in combos:
-        for column, value in combo.items():
-            token = (column, _hashable(value))
-            if token not in checked:
-                checked[token] = _check_axis(column, value, module, errors)
+    values_of = [(column, v) for column, vs in grid_axes.items() for v in vs]
+    for p in explicit:
+        values_of += [(_axis_name(k), v) for k, v in p.items()]
+    for column, value in values_of:
+        token = (column, _hashable(value))
+        if token not in checked:
+            checked[token] = _check_axis(column, value, module, errors)
     workloads = {}
-    for name in dict.fromkeys(c["workload"] for c in combos):
-        if not isinstance(name, str):
-            continue
+    for name in dict.fromkeys(v for c, v in values_of if c == "workload" and isinstance(v, str) and v):
         if name == "default":
             from .workload import Workload
 
@@ -242,7 +269,9 @@ def load_spec(path: str | Path) -> Spec:
 
     points = []
     seen = {}
-    for combo in combos:
+    for combo in combos():
+        if preview is not None and len(points) >= preview:
+            break
         axes = {c: checked[(c, _hashable(combo[c]))] for c in columns if c in combo}
         token = json.dumps(axes, sort_keys=True, default=str)
         if token in seen:  # the grid and an explicit point may name the same point
@@ -251,6 +280,8 @@ def load_spec(path: str | Path) -> Spec:
         points.append(Point(len(points), axes))
     spec = Spec(path, str(data.get("name") or path.stem), pipeline_path, columns, points, repeats or 1, timeout,
                 metrics, plots, workloads, compiled)
+    complete = preview is None or len(points) < preview  # else a preview: total counts the grid's duplicates too
+    spec.total = len(points) if complete else total
     for point in points:
         point.key = point_key(spec, point)
     return spec
@@ -311,7 +342,15 @@ def _check_axis(column: str, value, module, errors: list[str]):
         return value
     if column in LAUNCH_AXES:
         lo = 0 if column == "count" else 1
-        return _integer(value, column, lo, (1 << 31) - 1, errors)
+        number = _integer(value, column, lo, (1 << 31) - 1, errors)
+        if column == "count" and number is not None:  # the memory estimate --count makes
+            from .workload import WorkloadError, check_request_count
+
+            try:
+                check_request_count(number, module)
+            except WorkloadError as exc:
+                errors.append(f"count = {number}: {exc}")
+        return number
     types = param_types(module)
     if column not in types:
         return value  # reported once, as an unknown column
@@ -419,12 +458,15 @@ def run_point(task: dict) -> dict:
         if getattr(exc, "interrupted", False):  # Ctrl-C inside the simulator: stop the sweep, record nothing
             raise KeyboardInterrupt from None
         row["status"] = "failed"
-        row["error"] = _describe(exc)
+        row["error"] = exc.description if isinstance(exc, _Described) else _describe(exc)
     row["seconds"] = round(time.time() - started, 3)
     return row
 
 
 def _describe(exc: BaseException) -> str:
+    message = getattr(exc, "message", None)  # CompanionError, SimulatorLimit: written for the user already
+    if isinstance(message, str) and message:
+        return " ".join(message.split())[:500]
     report = getattr(exc, "report", None)  # SimHang, gpu.HangError: the first lines of the hang report
     if report:
         lines = [ln for ln in str(report).splitlines() if ln.strip()]
@@ -433,12 +475,74 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
 
 
+class _Described(Exception):
+    """A point's failure already described (in the child process that ran it)."""
+
+    def __init__(self, description: str):
+        super().__init__(description)
+        self.description = description
+
+
 def _measure(task: dict) -> dict:
+    """A point's metrics. With a `timeout`, the clock starts before the pipeline's companion
+    loads; a CPU-build point (C++ that no signal interrupts) runs in a child process, killed when
+    the timeout passes (per repeat: `timeout` x `repeats` in all)."""
+    if task["timeout"] and task["axes"]["backend"] == "cpu":
+        return _measure_in_child(task, task["timeout"] * task["repeats"])
+    return _measure_here(task)
+
+
+def _measure_in_child(task: dict, limit: float) -> dict:
+    import multiprocessing
+
+    from ..runtime import cpu
+
+    cpu.build_library(_compiled(task["pipeline"], task["code"]))  # compiled before the clock starts
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_point, args=(task, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if receive.poll(limit):
+            try:
+                kind, value = receive.recv()
+            except EOFError:
+                child.join(5)
+                raise _Described(f"the CPU build's run died (exit code {child.exitcode})") from None
+            child.join(5)
+            if kind == "ok":
+                return value
+            raise _Described(value)
+        raise _Described(f"Timeout: timeout = {task['timeout']:g} s reached (the CPU build's run, "
+                         f"{task['repeats']} repeat{'s' if task['repeats'] > 1 else ''}, was stopped)")
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receive.close()
+
+
+def _child_point(task: dict, send) -> None:
+    try:
+        try:
+            send.send(("ok", _measure_here(task)))
+        except BaseException as exc:  # noqa: BLE001 - described for the parent
+            send.send(("error", _describe(exc)))
+        send.close()
+    finally:
+        os._exit(0)
+
+
+def _measure_here(task: dict) -> dict:
     from ..runtime.sim import LaunchConfig
+    from .companion import load_deadline, of_program
     from .workload import Workload
 
-    compiled = _compiled(task["pipeline"], task["code"])
-    module = compiled.sim_module()
+    with load_deadline(task["timeout"]):  # the timer starts before the companion loads
+        compiled = _compiled(task["pipeline"], task["code"])
+        module = compiled.sim_module()
+        of_program(compiled.program)  # loaded now (then cached): one that loops when imported stops here
     w = task["workload"]
     axes = task["axes"]
     inputs = w["inputs"]
@@ -538,22 +642,60 @@ def _plain(value):
 
 class ResultStore:
     """RESULTS/results.jsonl: one JSON line per finished point, appended and flushed as each
-    arrives (the resume record); the table files are written from it."""
+    arrives (the resume record); the table files are written from it.
 
-    def __init__(self, out_dir: Path):
+    Never written through a symbolic link (xlgen.core.files). A damaged line (cut short when a
+    sweep was killed, or edited by hand) is skipped and reported in `problems`, one per line:
+    its point runs again. `read_only` (--dry-run) creates and opens nothing."""
+
+    def __init__(self, out_dir: Path, read_only: bool = False):
+        from ..core import files
+
         self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / RESULTS_FILE
         self.rows: dict[str, dict] = {}
+        self.problems: list[str] = []
+        self._file = None
+        if not read_only:
+            files.ensure_directory(self.dir)
+            if not os.access(self.dir, os.W_OK | os.X_OK):
+                raise files.FileProblem(self.dir, f"cannot write results into '{self.dir}': permission denied (the "
+                                                  "directory is not writable); fix its permissions or choose "
+                                                  "another directory with -o")
+        files.refuse_link(self.path)
+        text = ""
         if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short when the sweep was killed: that point runs again
-                if isinstance(row, dict) and "key" in row:
-                    self.rows[row["key"]] = row
-        self._file = open(self.path, "a")
+            text = files.read_source_bytes_any(self.path).decode("utf-8", errors="replace")
+            for n, line in enumerate(text.splitlines(), 1):
+                problem = self._take(line)
+                if problem:
+                    self.problems.append(f"{self.path}:{n}: {problem}; skipped (its point runs again)")
+        if not read_only:
+            self._file = files.open_for_append(self.path)
+            if text and not text.endswith("\n"):  # a line cut short: the next row starts on a line of its own
+                self._file.write("\n")
+                self._file.flush()
+
+    def _take(self, line: str) -> str | None:
+        """Take one line of results.jsonl; what is wrong with it, or None."""
+        if not line.strip():
+            return None
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            return f"not a JSON object ({getattr(exc, 'msg', 'nested too deep')})"
+        if not isinstance(row, dict):
+            return f"a JSON {type(row).__name__}, not an object"
+        if not isinstance(row.get("key"), str) or not row["key"]:
+            return "no 'key'"
+        if row.get("status") not in ("ok", "failed"):
+            return f"'status' is {row.get('status')!r}, not 'ok' or 'failed'"
+        if not isinstance(row.get("metrics", {}), dict) or not isinstance(row.get("axes", {}), dict):
+            return "'metrics' and 'axes' must be objects"
+        if not isinstance(row.get("error", ""), str):
+            row["error"] = str(row["error"])
+        self.rows[row["key"]] = row
+        return None
 
     def add(self, row: dict) -> None:
         self.rows[row["key"]] = row
@@ -562,7 +704,8 @@ class ResultStore:
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
     def finished(self, key: str, retry_failed: bool) -> bool:
         row = self.rows.get(key)
@@ -596,7 +739,7 @@ def table_rows(spec: Spec, store: ResultStore) -> tuple[list[str], list[dict]]:
 
 
 def write_tables(spec: Spec, store: ResultStore) -> list[Path]:
-    from ..core.files import write_atomically
+    from ..core.files import write_atomically, write_with
 
     header, rows = table_rows(spec, store)
     buf = io.StringIO()
@@ -612,7 +755,7 @@ def write_tables(spec: Spec, store: ResultStore) -> list[Path]:
     except ImportError:
         return written
     columns = {h: [_parquet_value(r[h]) for r in rows] for h in header}
-    pq.write_table(pyarrow.table(columns), store.dir / "results.parquet")
+    write_with(store.dir / "results.parquet", lambda tmp: pq.write_table(pyarrow.table(columns), tmp))
     return written + [store.dir / "results.parquet"]
 
 
@@ -641,6 +784,7 @@ def write_plots(spec: Spec, store: ResultStore) -> list[Path]:
     are left out."""
     if not spec.plots:
         return []
+    from ..core.files import write_with
     import matplotlib
 
     matplotlib.use("Agg")
@@ -678,8 +822,10 @@ def write_plots(spec: Spec, store: ResultStore) -> list[Path]:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = store.dir / plot.file_name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:
+            write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))  # never through a link
+        finally:
+            plt.close(fig)
         written.append(path)
     return written
 
@@ -701,6 +847,7 @@ class SweepOutcome:
     interrupted: bool = False
     seconds: float = 0.0
     files: list[Path] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # damaged lines of results.jsonl (skipped)
 
 
 def run_sweep(spec: Spec, out_dir: Path, address: str | None = None, cpus: int | None = None,
@@ -708,9 +855,15 @@ def run_sweep(spec: Spec, out_dir: Path, address: str | None = None, cpus: int |
     """Run every point of `spec` that out_dir has no result for; `on_result(row, point)` is called
     as each arrives (row["lost"] is set for a task whose worker died). Ctrl-C stops the sweep,
     keeping what finished: the same command resumes it."""
+    from ..core.files import check_target, ensure_directory
+
+    ensure_directory(Path(out_dir))
+    for name in ["results.csv", "results.md", "results.parquet"] + [plot.file_name for plot in spec.plots]:
+        check_target(Path(out_dir) / name)  # before any point runs: every file written after them can be
     store = ResultStore(out_dir)
     todo = [p for p in spec.points if not store.finished(p.key, retry_failed)]
-    outcome = SweepOutcome(total=len(spec.points), skipped=len(spec.points) - len(todo), ran=0, failed=0, lost=0)
+    outcome = SweepOutcome(total=len(spec.points), skipped=len(spec.points) - len(todo), ran=0, failed=0, lost=0,
+                           problems=list(store.problems))
     t0 = time.time()
     last_write = 0.0
 
@@ -756,13 +909,73 @@ def start_ray(address: str | None = None, cpus: int | None = None, gpus: int | N
     kwargs = {"logging_level": logging.WARNING, "log_to_driver": True, "include_dashboard": False}
     if address:
         kwargs.pop("include_dashboard")
-        ray.init(address=address, **kwargs)
+        _probe(address)  # ray.init waits for ever on an address nobody answers
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - Ray's many ways of not connecting
+            raise RayStartError(f"cannot join the Ray cluster at --address {address}: {_first_line(exc)}; check "
+                                "the address (ray status on the head node shows it)") from None
     else:
         kwargs["num_cpus"] = cpus or os.cpu_count()
         if gpus is not None:
             kwargs["num_gpus"] = gpus
-        ray.init(**kwargs)
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - e.g. its processes cannot start under `ulimit -v`
+            raise RayStartError(f"cannot start a local Ray: {_first_line(exc)}; under a memory limit (ulimit -v) "
+                                "Ray's processes may not start: raise the limit, or run the sweep with --serial "
+                                "(no Ray)") from None
     return ray
+
+
+RAY_CONNECT_SECONDS = 10.0  # how long --address may take to answer
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0][:300] if lines else type(exc).__name__)
+
+
+def _probe(address: str) -> None:
+    """A TCP connection to a HOST:PORT (or ray://HOST:PORT) address within RAY_CONNECT_SECONDS, so that
+    an unreachable cluster is a one-line error, not a wait without end ('auto' is Ray's to find)."""
+    text = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        if address != "auto":
+            raise RayStartError(f"--address {address}: give HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:10001 "
+                                "or auto")
+        return
+    try:
+        number = int(port)
+    except ValueError:
+        raise RayStartError(f"--address {address}: the port {port!r} is not a number; give HOST:PORT") from None
+    try:
+        with socket.create_connection((host.strip("[]"), number), timeout=RAY_CONNECT_SECONDS) as conn:
+            answer = _http2_settings(conn)
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise RayStartError(f"cannot reach the Ray cluster at --address {address} ({why}); start it "
+                            "(ray start --head) or check the address") from None
+    if not answer:  # Ray's GCS (and its client server) speak gRPC: HTTP/2, which answers with SETTINGS
+        raise RayStartError(f"--address {address} answers, but not as a Ray cluster (no gRPC there); give the "
+                            "head node's GCS port (6379 by default; ray://HOST:10001 for Ray Client)")
+
+
+def _http2_settings(conn: socket.socket) -> bool:
+    """Whether the server on `conn` answers the HTTP/2 connection preface with a SETTINGS frame."""
+    conn.settimeout(RAY_CONNECT_SECONDS)
+    conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    head = b""
+    try:
+        while len(head) < 9:
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # a timeout, a reset
+        return False
+    return len(head) == 9 and head[3] == 0x04
 
 
 def _run_on_ray(spec: Spec, todo: list[Point], arrived, address: str | None, cpus: int | None) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from ..core.files import refuse_link, write_with
+
 from .companion import (CompanionError, Hook, InvariantChecker, Run, Unavailable, check_reference, no_companion_reason, of_program, params_by_name)
 
 
@@ -69,6 +71,7 @@ def check_wanted(compiled, module, workload, want: Wanted, check_output_path) ->
                 raise click.UsageError(f"{label}: {why}")
             if rest:
                 check_output_path(rest[0], option)
+                refuse_link(rest[0])  # written atomically after the run, never through a link
 
 
 def produce(compiled, module, workload, result, want: Wanted) -> None:
@@ -83,8 +86,8 @@ def produce(compiled, module, workload, result, want: Wanted) -> None:
         except Unavailable as why:
             click.echo(f"report {name}: {why}")
     for name, option, path in want.plots:
-        try:
-            companion.call(companion.named("plot", name), run, path)
+        try:  # into a temporary file beside PATH, then renamed: never through a link
+            write_with(path, lambda tmp: companion.call(companion.named("plot", name), run, tmp))
         except Unavailable as why:
             click.echo(f"plot {name}: {why}; no plot written")
             continue

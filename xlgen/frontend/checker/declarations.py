@@ -6,7 +6,7 @@ from .. import ast as A
 from ...core import ir
 from ...core.diagnostics import Loc, did_you_mean
 from ...core.ir import BOOL, F32, I32
-from .rules import COLLECTIVE_TYPES, Context, Global, Local, MAX_CALL_DEPTH, MAX_TENSOR_ELEMENTS, POOL_ELEMENTS, PRELUDE_NAME, _always_returns, _mentions_params, _names_in, _not_constant, _reserved
+from .rules import COLLECTIVE_TYPES, Context, Global, Local, MAX_CALL_DEPTH, MAX_DIMENSIONS, MAX_POOL_TOTAL_ELEMENTS, MAX_TENSOR_ELEMENTS, POOL_ELEMENTS, PRELUDE_NAME, _always_returns, _mentions_params, _names_in, _not_constant, _reserved
 
 
 class DeclarationRules:
@@ -193,8 +193,15 @@ class DeclarationRules:
         decl = ir.FieldDecl(node.name, t, init, node.loc)
         (self.fields if kind == "request" else self.shared)[node.name] = decl
 
-    def _dims(self, exprs, what: str) -> list[int] | None:
-        """A tensor's or pool's constant dimensions, each positive; None after an error."""
+    def _dims(self, exprs, what: str, name: str = "") -> list[int] | None:
+        """A tensor's or pool's constant dimensions, each positive, at most MAX_DIMENSIONS of them;
+        None after an error."""
+        if len(exprs) > MAX_DIMENSIONS:
+            kind = what.split()[1]  # "a tensor dimension" -> tensor
+            self.error(exprs[MAX_DIMENSIONS].loc, f"{kind} '{name}' has {len(exprs)} dimensions; the limit is "
+                                                  f"{MAX_DIMENSIONS} (numpy's, which the simulator uses): merge some "
+                                                  "of them")
+            return None
         dims = [self._const_int(d, what) for d in exprs]
         if any(d is None for d in dims):
             return None
@@ -210,7 +217,7 @@ class DeclarationRules:
         if node.elem != "f32":
             self.error(node.loc, f"tensor '{node.name}' holds {node.elem}; tensors hold f32")
             return
-        dims = self._dims(node.dims, "a tensor dimension")
+        dims = self._dims(node.dims, "a tensor dimension", node.name)
         if dims is None:
             return
         t = ir.Tensor(node.name, F32, tuple(dims), node.loc)
@@ -226,12 +233,21 @@ class DeclarationRules:
         if elem not in POOL_ELEMENTS:
             self.error(node.loc, f"pool '{node.name}' holds {node.elem}; pools hold i32, u32 or f32")
             return
-        dims = self._dims(node.dims, "a pool dimension")
+        dims = self._dims(node.dims, "a pool dimension", node.name)
         if dims is None:
             return
         pool = ir.Pool(node.name, elem, tuple(dims), node.owner.name, node.loc)
         if pool.size > MAX_TENSOR_ELEMENTS:
             self.error(node.loc, f"pool '{node.name}' has {pool.size} elements; the limit is {MAX_TENSOR_ELEMENTS}")
+            return
+        total = sum(p.size for p in self.pools.values()) + pool.size
+        if total > MAX_POOL_TOTAL_ELEMENTS:
+            if getattr(self, "_pools_over", False):
+                return  # reported at the first pool past the limit
+            self._pools_over = True
+            self.error(node.loc, f"pool '{node.name}' brings the pools to {total} elements in all; the limit is "
+                                 f"{MAX_POOL_TOTAL_ELEMENTS} ({MAX_POOL_TOTAL_ELEMENTS * 4 >> 30} GiB, allocated at "
+                                 "once by every backend): make the pools smaller")
             return
         if not self._pool_owner(node, dims[0]):
             return

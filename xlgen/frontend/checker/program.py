@@ -40,6 +40,7 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
 
     def check(self, modules: list[A.Module]) -> ir.Program:
         main = modules[-1]
+        self.main_file = main.file  # only it may declare a companion (check_tooling.py)
         items = [item for m in modules for item in m.items]
         # A headerless file with declarations and no `done when` is a library (only
         # when checked on its own); one with `done when` has forgotten its header.

@@ -47,6 +47,8 @@ LOGIC_OPS = {"&&", "||"}
 
 
 MAX_TENSOR_ELEMENTS = 1 << 28  # 1 GiB of f32: more is a mistake in a declaration (tensors and pools)
+MAX_POOL_TOTAL_ELEMENTS = 1 << 29  # all pools together (every backend allocates them at once): 2 GiB
+MAX_DIMENSIONS = 64  # of a tensor or pool: numpy's limit (the simulator shapes them as numpy arrays)
 
 
 POOL_ELEMENTS = (I32, U32, F32)

@@ -179,15 +179,18 @@ class StatementGen:
 
     def invariant_index(self, ctx: Ctx, n: int) -> str:
         """An index the same in every iteration of the lanes loop about to open (made from
-        what is visible outside it, and reading no array: the loop may write it)."""
-        named = [s.name for s in self.scalars_of(ctx, "i32")]
+        what is visible outside it, and reading no array: the loop may write it). A const folds
+        to a constant index, which the checker requires in range: a const is always clamped, only
+        a run-time value may go out of range (then the iteration fails at run time)."""
+        named = self.scalars_of(ctx, "i32")
         r = self.rng.random()
         if r < 0.35 or not named:
             return str(self.rng.randrange(n))
         if r < 0.7:
             return f"(req_id % {n})"
-        name = self.pick(named)
-        return name if self.risky() else f"clamp({name}, 0, {n - 1})"
+        sym = self.pick(named)
+        folds = any(sym is c for c in self.consts)
+        return sym.name if self.risky() and not folds else f"clamp({sym.name}, 0, {n - 1})"
 
     def lane_range(self, ctx: Ctx, length: int) -> tuple[str, str, tuple[int, int]]:
         """Bounds of a lanes loop or reduction: mostly the array's length, sometimes past
