@@ -48,9 +48,10 @@ def _shipped(package: str, relative: str) -> bool:
 
 
 # Files in the data folders that are deliberately not installed (docs/models.md: the training
-# checkpoints; pair.safetensors holds both models).
+# checkpoints and their records, the first draft among them; pair.safetensors holds both models).
 NOT_SHIPPED = {"models/bytes_pair/draft.safetensors", "models/bytes_pair/target.safetensors",
-               "models/bytes_pair/training.json"}
+               "models/bytes_pair/training.json", "models/bytes_pair/draft_v1.safetensors",
+               "models/bytes_pair/distill.json", "models/bytes_pair/draft_agreement.json"}
 
 
 def test_every_data_file_is_package_data():
