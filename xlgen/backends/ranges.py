@@ -162,9 +162,12 @@ class _Walk:
         if e.op == "*":
             corners = [x * y for x in a for y in b]
             return _fits(min(corners), max(corners))
+        # The divisor is never 0. (An empty interval -- the code under a condition that cannot
+        # hold -- proves nothing here: fuzz seed 1031071 divided by its corners.)
+        nonzero = b[0] <= b[1] and (b[0] > 0 or b[1] < 0)
         if e.op in ("/", "%"):
-            self.note((id(e), "div"), e, b[0] > 0 or b[1] < 0)  # the divisor is never 0
-        if e.op in ("/", "%") and (b[0] > 0 or b[1] < 0):
+            self.note((id(e), "div"), e, nonzero)
+        if e.op in ("/", "%") and nonzero and a[0] <= a[1]:
             if e.op == "/":
                 if b[0] <= -1 <= b[1] and a[0] == I32_MIN:
                     return TOP  # INT_MIN / -1 wraps

@@ -1,0 +1,112 @@
+"""Checks the compiler proves cannot fail (xlgen/backends/ranges.py): what it leaves out of the
+C++ code, the lanes loops it versions, and that the CPU build still raises exactly the simulator's
+errors on both copies of a versioned loop (the fast one and the checked one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xlgen.backends.build import load_text
+from xlgen.runtime import cpu, sim
+from xlgen.tools.diff import compare
+
+MATVEC = """pipeline rows
+const C: i32 = 4
+tensor w: f32[4, 8]
+request {
+    n: i32
+    x: f32[8]
+    h: f32[32]
+    y: f32[32]
+    done_: bool
+}
+stage matvec when !done_ {
+    lanes for e in 0..n * C {
+        let t = e / C
+        let i = e % C
+        let s = sum(j in 0..8: w[i, j] * x[j])
+        y[e] = s + h[t * C + i]
+    }
+    done_ = true
+}
+trace matvec: y
+done when done_
+"""
+
+
+def kernel(source: str) -> str:
+    compiled = load_text(source, "ranges.xl")
+    return next(text for name, text in compiled.files.items() if name.endswith("_kernel.cuh"))
+
+
+def run_both(source: str, inputs, params=None):
+    compiled = load_text(source, "ranges.xl")
+    config = sim.LaunchConfig(max_active=len(inputs), max_rounds=20)
+    want = sim.run(compiled.sim_module(), params or {}, inputs, config)
+    got = cpu.run(compiled, params or {}, inputs, config)
+    assert compare(compiled.program, want, got) is None
+    return want
+
+
+def test_a_matvec_loop_is_versioned_and_its_element_checks_proved():
+    code = kernel(MATVEC)
+    # y[e] and h[t * C + i] hold for e < 32: the loop runs them unchecked when hi <= 32
+    assert "xl_lanes_v<true>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 32" in code
+    # e % C, e / C: a non-negative e and a constant divisor; w[i, j]: i in 0..3, j in 0..7
+    assert "xl_rem_nz(e, C)" in code and "xl_div_nz(e, C)" in code
+    assert "return xl_fmul(p.w[((int32_t)(i)) * 8 + (int32_t)(j)], r.x[j]);" in code
+    # the sum's elements cannot fail: no error test per element
+    assert "xl_reduce_sum<float, false>" in code
+
+
+@pytest.mark.parametrize("n", [0, 3, 8, 9, 40])  # 9 and 40 take the checked copy, and fail there
+def test_both_copies_raise_what_the_simulator_raises(n):
+    w = np.arange(32, dtype=np.float32).reshape(4, 8)
+    inputs = [{"n": n, "x": [1.0] * 8, "h": [0.5] * 32}]
+    result = run_both(MATVEC, inputs, {"w": w})
+    errors = [r for r in result.records if int(r[2]) == sim.KIND_ERROR]
+    assert bool(errors) == (n * 4 > 32)  # past the arrays: an INDEX error, as in every backend
+
+
+def test_an_empty_interval_proves_no_division():
+    """Under `i > 7` in a loop over 0..8 the interval of i is empty; `i - 8` is then (0, -1), which
+    once passed for a non-zero divisor and divided by 0 in the analysis (fuzz seed 1031071)."""
+    source = """pipeline empty
+request {
+    a: i32[8]
+    k: i32
+}
+stage s when k == 0 {
+    lanes for i in 0..8 {
+        a[i] = i > 7 ? 5 / (i - 8) : i % (i + 1)
+    }
+    k = 1
+}
+trace s: a
+done when k == 1
+"""
+    assert "xl_div(err" in kernel(source)  # not proved: the checked division stays
+    run_both(source, [{}])
+
+
+def test_wrapping_arithmetic_proves_nothing():
+    """i32 wraps: an index whose exact value would leave i32 is not bounded."""
+    source = """pipeline wraps
+request {
+    a: f32[8]
+    b: f32[8]
+    k: i32
+}
+stage s when k == 0 {
+    lanes for i in 0..8 {
+        let big = i * 1073741824 + i
+        a[i] = b[big % 8]
+    }
+    k = 1
+}
+trace s: a
+done when k == 1
+"""
+    assert "xl_idx(err, 1," in kernel(source)  # big % 8 may be negative after wrapping
+    run_both(source, [{}])
