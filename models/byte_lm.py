@@ -461,13 +461,18 @@ def draft_match_lengths(wt, ct: Config, wd, cd: Config, prompt: bytes, n_new: in
             pos = pos + 1
             proposals.append(tok)
     drafts = torch.stack(proposals, dim=1).tolist()  # [n_new, depth]
+    return target[:n_new], matched_prefixes(drafts, target, depth)
+
+
+def matched_prefixes(drafts: list[list[int]], target: list[int], depth: int) -> list[int]:
+    """For each position p: how many of the draft's `depth` proposals from p equal the target's."""
     m = []
-    for p in range(n_new):
+    for p, proposed in enumerate(drafts):
         k = 0
-        while k < depth and drafts[p][k] == target[p + k]:
+        while k < depth and proposed[k] == target[p + k]:
             k += 1
         m.append(k)
-    return target[:n_new], m
+    return m
 
 
 def block_rounds(m: list[int], block: int) -> list[int]:

@@ -313,14 +313,7 @@ def match_lengths(wd, cd, prompt: bytes, target: list[int], n_new: int, depth: i
             tok = torch.argmax(byte_lm.decode_step(wd, cd, cache, tok, pos), dim=-1)
             pos = pos + 1
             proposals.append(tok)
-    drafts = torch.stack(proposals, 1).tolist()
-    m = []
-    for p in range(n_new):
-        k = 0
-        while k < depth and drafts[p][k] == target[p + k]:
-            k += 1
-        m.append(k)
-    return m
+    return byte_lm.matched_prefixes(torch.stack(proposals, 1).tolist(), target, depth)
 
 
 def evaluate(target_path: Path, drafts: list[Path], prompt_files: list[Path], n_new: int) -> dict:
