@@ -96,7 +96,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
             agreed = False
             click.echo(divergence.render())
     if not use_gpu:
-        click.echo("gpu: not run (no GPU found; pip install -e '.[gpu]' on a machine with one)")
+        click.echo("gpu: not run (no GPU found; on a machine with one, `xlgen doctor` says which CuPy to install)")
     for path in written:
         click.echo(f"plot: {path}")
     return agreed

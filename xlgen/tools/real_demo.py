@@ -167,7 +167,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
         if divergence is not None:
             echo(divergence.render())
     if not use_gpu:
-        echo("  gpu: not run (no GPU found; pip install -e '.[gpu]' on a machine with one)")
+        echo("  gpu: not run (no GPU found; on a machine with one, `xlgen doctor` says which CuPy to install)")
     echo("")
     echo("speculative decoding with ASBS, per prompt and kind (acceptance: accepted / drafted tokens):")
     echo(rp.format_speculation(demo.spec.speculation))

@@ -576,7 +576,7 @@ def _run_backend(backend: str, compiled, module, workload, timeout):
     from ..runtime import gpu
 
     if not gpu.available():
-        raise RuntimeError("the gpu backend needs CuPy and an NVIDIA GPU on the worker (pip install 'xlgen[gpu]')")
+        raise RuntimeError("the gpu backend needs CuPy and an NVIDIA GPU on the worker (`xlgen doctor` says which CuPy to install)")
     mode = "fast" if backend == "gpu-fast" else "deterministic"
     return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode,
                    timeout=timeout or 120.0)
