@@ -29,12 +29,10 @@ for _t in ("i32", "u32", "flags"):
     for _op in "|^":
         BINARY[(_op, _t)] = "({a} " + _op + " {b})"
     BINARY[("&", _t)] = "xl_band({a}, {b})"  # a call, not `&`: see xl_band in xl_runtime.cuh
-for _t in ("bool", "enum", "flags"):
-    BINARY[("==", _t)] = "({a} == {b})"
-    BINARY[("!=", _t)] = "({a} != {b})"
 for _t in ("i32", "u32", "enum", "flags"):  # calls, not operators: see xl_eq in xl_runtime.cuh
     BINARY[("==", _t)] = "xl_eq({a}, {b})"
     BINARY[("!=", _t)] = "xl_ne({a}, {b})"
+BINARY.update({("==", "bool"): "xl_beq({a}, {b})", ("!=", "bool"): "xl_bne({a}, {b})"})  # likewise
 BINARY.update({("&&", "bool"): "({a} && {b})", ("||", "bool"): "({a} || {b})",
                ("has", "flags"): "xl_has({a}, {b})"})
 

@@ -83,6 +83,10 @@ XL_HD bool xl_eq(int32_t a, int32_t b) { return a == b; }
 XL_HD bool xl_eq(uint32_t a, uint32_t b) { return a == b; }
 XL_HD bool xl_ne(int32_t a, int32_t b) { return a != b; }
 XL_HD bool xl_ne(uint32_t a, uint32_t b) { return a != b; }
+// bool too: `p || (C != p)` with a constant C is a warning (-Werror) as operators (fuzz seed 956325).
+// (bool fields are stored as uint32_t, so these take bool by name, not by overload)
+XL_HD bool xl_beq(bool a, bool b) { return a == b; }
+XL_HD bool xl_bne(bool a, bool b) { return a != b; }
 
 XL_HD int32_t xl_div(XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
     if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
