@@ -294,18 +294,20 @@ def stage_spec_verify(r, sh, p):
         if xl_first is not None:
             raise xl_first
     else:
-        xl_L = Lanes(xl_lo, xl_hi)
+        xl_pieces = Pieces("loop")
         xl_a_draft_tokens = np.array(r.draft_tokens, dtype=I32)
         xl_a_target_tokens = np.array(r.target_tokens, dtype=I32)
-        with np.errstate(all='ignore'):
-            j = xl_L.index
-            prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 15)])
-            xl_L.end()
-            xl_v = vb_target_token(xl_L, 16, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
-            v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 16), xl_v)
-            xl_L.end()
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                j = xl_L.index
+                prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 15)])
+                xl_L.end()
+                xl_v = vb_target_token(xl_L, 16, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
+                v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 16), xl_v)
+                xl_L.end()
+            xl_pieces.add(xl_L)
         r.target_tokens[:] = xl_a_target_tokens.tolist()
-        xl_L.raise_first()  # @xl:14
+        xl_pieces.result()  # @xl:14
     r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:18
     xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:19
     r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:20

@@ -340,3 +340,20 @@ def test_failing_iterations_stop_alone_and_the_lowest_reports(monkeypatch):
 
     assert first["after"].tolist() == [after(i, 12) if i % 5 == 4 and i < 29 else 0 for i in range(40)]
     assert second["after"].tolist() == [after(i, 20) if i < 21 else 0 for i in range(40)]
+
+
+def test_pieces_give_the_whole_ranges_bits_and_errors(case, monkeypatch):
+    """Lanes loops and reductions run in pieces of vec.CHUNK iterations (bounded memory, and
+    --timeout can stop them between pieces): with pieces of 32 these programs' loops and sums take
+    several, with the same results and the same first errors as one piece."""
+    compiled, make_inputs, tensors = case
+    config = sim.LaunchConfig(max_active=3)
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        params = {name: make(rng) for name, make in tensors.items()}
+        inputs = make_inputs(rng, 6)
+        whole = _run_sim(compiled, params, inputs, config, -1, monkeypatch)
+        monkeypatch.setattr(vec, "CHUNK", 32)
+        pieces = _run_sim(compiled, params, inputs, config, -1, monkeypatch)
+        monkeypatch.setattr(vec, "CHUNK", 1 << 20)
+        assert compare(compiled.program, whole, pieces) is None, seed

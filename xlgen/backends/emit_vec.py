@@ -237,34 +237,30 @@ class VecEmitter:
                         f"{pad}xl_L.end()"]
 
     # ---- the statement itself
-    def _open(self, var: str, body: list[str]) -> list[str]:
-        """The iterations (the bounds were evaluated once before: emit_python.py), working
-        copies of the arrays the code touches, then the code under np.errstate (wrap-around is
-        meant)."""
-        lines = ["xl_L = Lanes(xl_lo, xl_hi)"]
+    def _open(self, var: str, body: list[str], pieces: str, values: str = "") -> list[str]:
+        """Working copies of the arrays the code touches, then the iterations (the bounds were
+        evaluated once before: emit_python.py) in pieces of at most vec.CHUNK, so a long range
+        runs in bounded memory and --timeout can stop it between pieces: the code under
+        np.errstate (wrap-around is meant), then the piece into `xl_pieces` (vec.Pieces)."""
+        lines = [f"xl_pieces = Pieces({pieces})"]
         for name, base in self.arrays.items():
             elem = base.type.elem
             lines.append(f"xl_a_{names.py(name)} = np.array({self.scalar.expr_Var(base)}, dtype={dtype_of(elem)})")
-        lines.append("with np.errstate(all='ignore'):")
-        lines.append(f"    {names.py(var)} = xl_L.index")
-        lines += ["    " + line for line in body]
-        return lines
+        lines += ["for xl_L in lane_chunks(xl_lo, xl_hi):", "    with np.errstate(all='ignore'):",
+                  f"        {names.py(var)} = xl_L.index"]
+        lines += ["        " + line for line in body]
+        return lines + [f"    xl_pieces.add(xl_L{values})"]
 
     def lanes(self, s: ir.Lanes, mark: str) -> list[str]:
         body = self.block(s.body, 0)
-        lines = self._open(s.var, body)
+        lines = self._open(s.var, body, '"loop"')
         for name in sorted(self.written):
             lines.append(f"{self.scalar.expr_Var(self.arrays[name])}[:] = xl_a_{names.py(name)}.tolist()")
-        lines.append(f"xl_L.raise_first(){mark}")
+        lines.append(f"xl_pieces.result(){mark}")
         return lines
 
     def reduce(self, s: ir.Reduce, mark: str) -> list[str]:
         self.line = s.loc.line
         value = self.expr(s.value)
-        lines = self._open(s.var, [f"xl_v = {value}"])
-        dtype = dtype_of(s.value.type)
-        if s.op == "sum":
-            call = f"reduce_sum(xl_L, xl_v, {dtype})"
-        else:
-            call = f"reduce_best(xl_L, xl_v, {dtype}, {s.op!r})"
-        return lines + [f"{names.py(s.name)} = {call}{mark}"]
+        lines = self._open(s.var, [f"xl_v = {value}"], f"{s.op!r}, {dtype_of(s.value.type)}", ", xl_v")
+        return lines + [f"{names.py(s.name)} = xl_pieces.result(){mark}"]

@@ -401,7 +401,7 @@ def reduce_best(L: Lanes, values, dtype, op: str):
 
 
 # ---- long ranges in pieces ------------------------------------------------------------------
-# For the generated code of a long lanes loop or reduction (not wired in yet: emit_vec.py's to do):
+# The generated code of a lanes loop or reduction (emit_vec.py):
 #
 #     pieces = Pieces(op, dtype)                 # or Pieces("loop", None) for a lanes loop
 #     for xl_L in lane_chunks(lo, hi):           # bounded memory; --timeout fires between pieces
@@ -414,9 +414,10 @@ def reduce_best(L: Lanes, values, dtype, op: str):
 CHUNK = 1 << 20  # iterations per piece (a multiple of REDUCE_LANES)
 
 
-def lane_chunks(start: int, stop: int, chunk: int = CHUNK):
-    """Lanes for start..stop in pieces of at most `chunk` iterations, in order (one empty piece
-    for an empty range)."""
+def lane_chunks(start: int, stop: int, chunk: int | None = None):
+    """Lanes for start..stop in pieces of at most `chunk` (default CHUNK) iterations, in order
+    (one empty piece for an empty range)."""
+    chunk = chunk or CHUNK
     assert chunk > 0 and chunk % REDUCE_LANES == 0
     start, stop = int(start), int(stop)
     if stop <= start:
