@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # One pass on the GPU machine, parts in one call (docs/benchmarks.md says what each measured):
 #
-#   OUT=DIR bash scripts/gpu_pass.sh tests bench limit ncu fuzz
+#   OUT=DIR bash scripts/gpu_pass.sh tests bench ncu fuzz
 #
 #   tests   the GPU suite (pytest -m gpu -n 12)
 #   bench   scripts/real_bench.py (plain, ASBS, fixed B; batch 1 and 8; team of 16 warps) on this
 #           tree and, when .base/ holds another tree (e.g. `git archive MAIN | tar -x -C .base`,
 #           carried), on that one too: an A/B on the same card in the same call
-#   limit   the hand-written limit of ../shared/calib/real_limit (copied to .calib/real_limit and
-#           carried), parts b and c, on the same card
+#   (the hand-written limit and every PyTorch baseline beside the mega-kernel: scripts/device_real_bench.sh)
 #   ncu     warp instructions executed (ncu) of the GEMV example and of one real-pair launch,
 #           this tree and .base/, divided by multiply-adds (scripts/inst_per_mac.py)
 #   fuzz    the differential fuzzer on the GPU with teams of 1, 4, 8 and 16 warps (FUZZ_FIRST,
@@ -39,8 +38,6 @@ for part in "$@"; do
             in_tree "$ROOT/.base" timeout ${BENCH_TIMEOUT:-300} python3 scripts/real_bench.py -o "$OUT/bench_base" \
                 --team-warps 16 --batches 1,8 --repeats 3 --no-torch 2>&1 | tee "$OUT/bench_base.log" | tail -30
         fi ;;
-    limit)
-        OUT=$OUT/limit timeout 300 bash .calib/real_limit/run_gpu.sh . bc 2>&1 | tail -30 ;;
     ncu)
         for tree in "$ROOT" "$ROOT/.base"; do
             [ -d "$tree/xlgen" ] || continue

@@ -77,7 +77,7 @@ class CppEmitter:
             own = self._check(e, "div") if e.op in ("/", "%") else ALWAYS
         if isinstance(e, ir.Cast) and cpp_ops.cast_is_checked(e):
             own = ALWAYS
-        return max([own] + [self.raises(c) for c in ranges._children(e)])
+        return max([own] + [self.raises(c) for c in ranges.children(e)])
 
     def _bail_if(self, level: int, pad: str) -> list[str]:
         """The test after a statement that may fail, at its level."""
@@ -390,7 +390,6 @@ class CppEmitter:
     def stmt_Reduce(self, s: ir.Reduce, depth):
         pad = IND * depth
         t = cpp_ops.value_type(s.value.type)
-        outer_bail = self.bail
         lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {{}};", f"{pad}{{",
                  *self._lane_bounds(s, depth + 1)]
 
@@ -417,10 +416,7 @@ class CppEmitter:
             lines += elem[1:-1] + [elem[-1] + ");"]
             result = "xl_best_index(xl_at)" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
             lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
-        self.bail, saved = outer_bail, self.bail
-        lines += self._bail_if(max(level, self.raises(s.start), self.raises(s.stop)), pad + IND) + [f"{pad}}}"]
-        self.bail = saved
-        return lines
+        return lines + self._bail_if(level, pad + IND) + [f"{pad}}}"]  # (the bounds bailed out before)
 
     def stmt_Break(self, s, depth):
         return [IND * depth + "break;"]
@@ -570,7 +566,7 @@ def _reads_state(e) -> bool:
         return e.kind in (ir.FIELD, ir.SHARED)
     if isinstance(e, (ir.Load, ir.PoolLoad, ir.Call)):
         return True
-    return any(_reads_state(c) for c in ranges._children(e))
+    return any(_reads_state(c) for c in ranges.children(e))
 
 
 def _strip_parens(code: str) -> str:

@@ -31,11 +31,11 @@ ALWAYS, IN_FAST_PATH = "always", "fast"
 class Proofs:
     """What the analysis proved, keyed by the IR node's id: `checks[(id(node), k)]` for index
     k of a Load/Assign (k = 0), TensorLoad, PoolLoad or PoolStore, or "div" for an integer
-    division or remainder whose divisor cannot be 0; `fast_bound[id(lanes)]` = K."""
+    division or remainder whose divisor cannot be 0; `fast_bound[id(lanes)]` = K. (The ids stay
+    unique: the program holds its nodes while its code is emitted.)"""
 
     checks: dict = field(default_factory=dict)
     fast_bound: dict = field(default_factory=dict)
-    nodes: list = field(default_factory=list)  # keeps every keyed node alive: ids stay unique
 
     def proof(self, node, k) -> str | None:
         return self.checks.get((id(node), k))
@@ -53,20 +53,18 @@ def _trunc_div(a: int, b: int) -> int:
 class _Walk:
     """One pass over a body: intervals of i32 locals, and the checks they prove."""
 
-    def __init__(self, mutable: set[str], mode: str, out: dict, fast_bound: dict | None, nodes: list):
+    def __init__(self, mutable: set[str], mode: str, out: dict, fast_bound: dict | None):
         self.mutable = mutable  # locals assigned somewhere: no interval
         self.mode = mode
         self.out = out
         self.fast_bound = fast_bound  # None: nested lanes loops are not versioned in this pass
-        self.nodes = nodes
         self.failed: set = set()
 
     def prove(self, node, k, iv, length):
-        self.note((id(node), k), node, iv[0] >= 0 and iv[1] < length)
+        self.note((id(node), k), iv[0] >= 0 and iv[1] < length)
 
-    def note(self, key, node, holds: bool):
+    def note(self, key, holds: bool):
         """A check is proved only if it holds wherever the walk meets its node."""
-        self.nodes.append(node)
         if not holds:
             self.failed.add(key)
             self.out.pop(key, None)
@@ -166,7 +164,7 @@ class _Walk:
         # hold -- proves nothing here: fuzz seed 1031071 divided by its corners.)
         nonzero = b[0] <= b[1] and (b[0] > 0 or b[1] < 0)
         if e.op in ("/", "%"):
-            self.note((id(e), "div"), e, nonzero)
+            self.note((id(e), "div"), nonzero)
         if e.op in ("/", "%") and nonzero and a[0] <= a[1]:
             if e.op == "/":
                 if b[0] <= -1 <= b[1] and a[0] == I32_MIN:
@@ -281,7 +279,7 @@ class _Walk:
             if var[0] >= 0 and var[1] < k:
                 continue  # already known: nothing more to prove
             trial: dict = {}
-            walk = _Walk(self.mutable, IN_FAST_PATH, trial, None, self.nodes)
+            walk = _Walk(self.mutable, IN_FAST_PATH, trial, None)
             fast = dict(env)
             fast[s.var] = (max(var[0], 0), min(var[1], k - 1))
             walk.block(s.body, fast)
@@ -291,7 +289,6 @@ class _Walk:
                 best_trial = trial
         if best is not None:
             self.fast_bound[id(s)] = best
-            self.nodes.append(s)
             for key, mode in best_trial.items():
                 self.out.setdefault(key, mode)
 
@@ -307,7 +304,7 @@ def _candidate_bounds(body) -> set[int]:
             out.update(e.dims)
         elif isinstance(e, ir.PoolLoad):
             out.update(e.pool.dims)
-        for child in _children(e):
+        for child in children(e):
             visit(child)
 
     for s in ir.statements(body):
@@ -326,7 +323,7 @@ def _candidate_bounds(body) -> set[int]:
     return {k for k in out if k > 0}
 
 
-def _children(e):
+def children(e):
     for name in ("operand", "left", "right", "cond", "then", "otherwise", "index", "base"):
         child = getattr(e, name, None)
         if isinstance(child, ir.Expr):
@@ -340,16 +337,16 @@ def _assigned_locals(body) -> set[str]:
             if isinstance(s, (ir.Assign, ir.Accumulate)) and s.target.kind == ir.LOCAL}
 
 
-def analyse(body, params: dict[str, tuple[int, int]] | None = None) -> Proofs:
-    """The proofs for one stage's or function's body (`params`: intervals of its inputs)."""
+def analyse(body) -> Proofs:
+    """The proofs for one stage's or function's body (a function's parameters: unknown)."""
     proofs = Proofs()
-    walk = _Walk(_assigned_locals(body), ALWAYS, proofs.checks, proofs.fast_bound, proofs.nodes)
-    walk.block(body, dict(params or {}))
+    walk = _Walk(_assigned_locals(body), ALWAYS, proofs.checks, proofs.fast_bound)
+    walk.block(body, {})
     return proofs
 
 
 def analyse_expr(e) -> Proofs:
     """The proofs for a guard or `done when` (no locals)."""
     proofs = Proofs()
-    _Walk(set(), ALWAYS, proofs.checks, None, proofs.nodes).iv(e, {})
+    _Walk(set(), ALWAYS, proofs.checks, None).iv(e, {})
     return proofs
