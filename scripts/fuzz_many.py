@@ -3,6 +3,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
 
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
     BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
+    BACKENDS=gpu-fast SCHEDULE_FREE=1 python3 scripts/fuzz_many.py ...  # fast mode against sim.run_interleaved
+                                                               # (without SCHEDULE_FREE: what every schedule holds)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
@@ -26,7 +28,7 @@ def one(seed: int):
 
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache
-    case = generate(seed)
+    case = generate(seed, schedule_free=os.environ.get("SCHEDULE_FREE") == "1")
     pools = " owned by " in case.source
     try:
         problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","))

@@ -10,8 +10,10 @@
 #   (the hand-written limit and every PyTorch baseline beside the mega-kernel: scripts/device_real_bench.sh)
 #   ncu     warp instructions executed (ncu) of the GEMV example and of one real-pair launch,
 #           this tree and .base/, divided by multiply-adds (scripts/inst_per_mac.py)
-#   fuzz    the differential fuzzer on the GPU with teams of 1, 4, 8 and 16 warps (FUZZ_FIRST,
-#           FUZZ_COUNT programs per team shape; scripts/fuzz_many.py)
+#   fuzz    the differential fuzzer on the GPU (scripts/fuzz_many.py; FUZZ_FIRST, FUZZ_COUNT programs per
+#           shape of FUZZ_SHAPES): teams of 1, 4, 8 and 16 warps in deterministic mode, fast mode on
+#           schedule-free programs against sim.run_interleaved ("fast") and on any program ("fast-any")
+#   cpufuzz the simulator against the CPU build on the machine's cores (CPUFUZZ_FIRST, CPUFUZZ_COUNT)
 #
 # Needs the carried wheels (.whl/: lark) that scripts/device_setup.sh installs.
 set -uo pipefail
@@ -44,12 +46,19 @@ for part in "$@"; do
             in_tree "$tree" timeout 300 python3 "$ROOT/scripts/inst_per_mac.py" "$OUT/ncu_$(basename "$tree").json" 2>&1 | tail -12
         done ;;
     fuzz)
-        for team in 1 4 8 16; do
-            first=$(( ${FUZZ_FIRST:-950000} + team * 10000 ))
-            XLGEN_TEAM_WARPS=$team BACKENDS=gpu JOBS=${FUZZ_JOBS:-14} timeout ${FUZZ_TIMEOUT:-130} \
-                python3 scripts/fuzz_many.py "$first" "${FUZZ_COUNT:-750}" "$OUT/fuzz_team$team.json" 2>&1 | tail -3
-            python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('team', $team, 'seeds', d['first'], '+', d['done'], 'failing', len(d['failures']), [f['seed'] for f in d['failures']][:20])" "$OUT/fuzz_team$team.json"
+        for shape in ${FUZZ_SHAPES:-1 4 8 16 fast fast-any}; do
+            case $shape in  # a team of N warps (deterministic mode), or fast mode
+            fast) env=(XLGEN_TEAM_WARPS=1 BACKENDS=gpu-fast SCHEDULE_FREE=1); first=$(( ${FUZZ_FIRST:-950000} + 200000 )) ;;
+            fast-any) env=(XLGEN_TEAM_WARPS=1 BACKENDS=gpu-fast); first=$(( ${FUZZ_FIRST:-950000} + 300000 )) ;;
+            *) env=(XLGEN_TEAM_WARPS=$shape BACKENDS=gpu); first=$(( ${FUZZ_FIRST:-950000} + shape * 10000 )) ;;
+            esac
+            env "${env[@]}" JOBS=${FUZZ_JOBS:-14} timeout ${FUZZ_TIMEOUT:-130} \
+                python3 scripts/fuzz_many.py "$first" "${FUZZ_COUNT:-750}" "$OUT/fuzz_$shape.json" 2>&1 | tail -3
+            python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('$shape', 'seeds', d['first'], '+', d['done'], 'failing', len(d['failures']), [f['seed'] for f in d['failures']][:20])" "$OUT/fuzz_$shape.json"
         done ;;
+    cpufuzz)
+        JOBS=${FUZZ_JOBS:-15} timeout ${CPUFUZZ_TIMEOUT:-400} python3 scripts/fuzz_many.py ${CPUFUZZ_FIRST:-1400000} \
+            ${CPUFUZZ_COUNT:-10000} "$OUT/fuzz_cpu.json" 2>&1 | tail -3 ;;
     *) echo "unknown part $part" ;;
     esac
 done

@@ -182,3 +182,58 @@ def test_generated_programs_exercise_pools():
                 seen["contents"] += any(v.any() for v in result.pools.values())
                 seen["NOT_OWNER"] += int((result.errors()[:, 4] == ERR_NOT_OWNER).sum()) if len(result.errors()) else 0
     assert seen["programs"] >= 15 and all(seen.values()), seen
+
+
+# Fast mode (docs/semantics.md §15): only schedule-independent results can be compared. The
+# schedule-free programs (per-request stages, no pools) must come out of fast mode exactly as
+# `sim.run_interleaved` runs them; every other program must still end each request once.
+FAST_SEEDS = range(FIRST_SEED + 500_000, FIRST_SEED + 500_000 + EXAMPLES)
+
+
+def test_schedule_free_programs_do_not_depend_on_the_schedule():
+    """The claim the fast-mode comparison rests on, checked in the simulator: a schedule-free
+    program's records and final state are the same under different worker counts and schedules."""
+    from xlgen.backends.build import load_text
+    from xlgen.runtime import sim
+    from xlgen.tools.diff import compare
+    from xlgen.tools.fuzzgen.run import schedule_free
+
+    for seed in FAST_SEEDS[:12]:
+        case = generate(seed, schedule_free=True)
+        compiled = load_text(case.source, name="fuzz.xl")
+        assert schedule_free(compiled.program), case.describe()
+        module = compiled.sim_module()
+        for launch in case.launches:
+            config = sim.LaunchConfig(max_active=launch.max_active, max_rounds=launch.max_rounds)
+            one = sim.run_interleaved(module, launch.params, launch.inputs, config, workers=1, seed=0)
+            for workers, order in ((2, 1), (None, 7)):
+                other = sim.run_interleaved(module, launch.params, launch.inputs, config, workers=workers, seed=order)
+                d = compare(compiled.program, one, other)
+                assert d is None, f"{case.describe(launch)}\n{d.render()}"
+
+
+def test_schedule_free_programs_are_valid():
+    from xlgen.frontend.checker import PRELUDE_NAME, check_modules
+    from xlgen.frontend.parser import parse_text
+    from xlgen.core.resources import runtime_dir
+
+    prelude = (runtime_dir() / "prelude.xl").read_text()
+    for seed in FAST_SEEDS:
+        case = generate(seed, schedule_free=True)
+        assert " owned by " not in case.source and "\narbiter " not in case.source
+        try:
+            check_modules([parse_text(prelude, PRELUDE_NAME), parse_text(case.source, "fuzz.xl")],
+                          {PRELUDE_NAME: prelude, "fuzz.xl": case.source})
+        except CompileError as e:
+            pytest.fail(f"the checker rejects a generated program\n{case.describe()}\n{e.render()}", pytrace=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", FAST_SEEDS)
+def test_fast_mode_agrees_with_interleaved_simulator(seed):
+    if "gpu" not in backends():
+        pytest.skip("no usable GPU")
+    with tempfile.TemporaryDirectory(prefix="xlgen-fuzz-") as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XLGEN_CACHE", tmp)
+        check_case(generate(seed, schedule_free=True), "gpu-fast")
+        check_case(generate(seed), "gpu-fast")  # arbiters, collectives, pools: what every schedule holds

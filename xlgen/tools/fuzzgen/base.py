@@ -12,8 +12,11 @@ from .statements import StatementGen
 class Generator(ExpressionGen, StatementGen, ProgramGen):
     """One seed's program and launches."""
 
-    def __init__(self, seed: int, nasty_names: bool = True):
+    def __init__(self, seed: int, nasty_names: bool = True, schedule_free: bool = False):
         self.seed = seed
+        # per-request stages only, no pools: every request's results are independent of the
+        # schedule, so fast mode must reproduce them exactly (docs/semantics.md §15)
+        self.schedule_free = schedule_free
         self.rng = random.Random(seed)
         self.shape_rng = random.Random(f"shapes {seed}")  # new shapes on streams of their own
         self.nasty = nasty_names and self.rng.random() < 0.5

@@ -85,7 +85,7 @@ class ProgramGen:
         and the owner's line for the shared block."""
         # decided apart from the main stream: a seed without pools writes the program it wrote
         # before pools existed (the seeds docs and tests name still mean the same programs)
-        if random.Random(f"pools {self.seed}").random() >= 0.5:
+        if random.Random(f"pools {self.seed}").random() >= 0.5 or self.schedule_free:
             return None
         self.derived = self.derived + POOL_NASTY_NAMES
         pages = self.pick([1, 2, 3, 4, 6])
@@ -207,6 +207,8 @@ class ProgramGen:
         helper_names = [self.fresh("h", avoid=COLLECTIVE_OPS) for _ in range(self.rng.randrange(1, 4))]
         kinds = ["stage"] * self.rng.randrange(2, 5) + ["arbiter"] * self.rng.choice([0, 1, 1, 2]) \
             + ["collective"] * self.rng.choice([0, 1, 1, 2])
+        if self.schedule_free:
+            kinds = [kind for kind in kinds if kind == "stage"]
         rest = kinds[1:]  # the first is the stage counting rounds; the others in any order
         self.rng.shuffle(rest)
         kinds = kinds[:1] + rest
