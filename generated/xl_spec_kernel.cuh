@@ -102,7 +102,7 @@ constexpr int32_t MAX_REQ_PAGES = 256;
 constexpr int32_t ORPHAN = -2;
 
 namespace BlockPolicy {  // enum
-constexpr int32_t ASBS = 0;
+constexpr int32_t THRESHOLDS = 0;
 constexpr int32_t COST = 1;
 }  // namespace BlockPolicy
 
@@ -385,7 +385,7 @@ XL_DEVICE int32_t fn_cost_block_size(XlErr& xl_caller, int32_t xl_key, const Par
 // stages/asbs.xl:92
 XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, int32_t accepted, int32_t proposed) {
     XlErr err = {0, 0, 0};
-    if (xl_eq(p.block_policy, BlockPolicy::ASBS)) {
+    if (xl_eq(p.block_policy, BlockPolicy::THRESHOLDS)) {
         {
             const float xl_v = fn_asbs_ema(err, 2, p, ema, fn_acceptance_ratio(err, 1, p, accepted, proposed));
             if (err.code) return xl_raise<float>(xl_caller, xl_key, err);

@@ -20,7 +20,7 @@ ORPHAN = -2
 
 
 class BlockPolicy:
-    ASBS = 0
+    THRESHOLDS = 0
     COST = 1
 
 
@@ -273,7 +273,7 @@ def fn_cost_block_size(p, ema, kv_pressure, plain_run):
 
 # stages/asbs.xl:92
 def fn_next_ema(p, ema, accepted, proposed):
-    if (p.block_policy == BlockPolicy.ASBS):
+    if (p.block_policy == BlockPolicy.THRESHOLDS):
         return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:94
     e = ema
     for j in range(0, 128):

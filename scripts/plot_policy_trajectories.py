@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             return sim.run(compiled.sim_module(), params, inputs, config)
         return cpu.run(compiled, params, inputs, config)
 
-    small = {"pool_pages": pressure_pool(prompts, args.n, binding)}
+    pages = pressure_pool(prompts, args.n, binding)
+    small = {binding.pool_param: pages}
     asbs, cost = binding.params("speculative"), binding.params("cost")
-    pool = f"{small['pool_pages']}-page pool"
+    pool = f"{pages}-page pool"
     variants = {"ASBS": asbs, f"ASBS, {pool}": {**asbs, **small},
                 "cost, H100 costs": cost, f"cost, H100 costs, {pool}": {**cost, **small},
                 "cost, cheap verify": {**cost, **CHEAP_VERIFY}, f"cost, cheap verify, {pool}": {**cost, **CHEAP_VERIFY, **small}}

@@ -11,7 +11,7 @@ stages/byte_spec.xl) and, on the bundled prompts:
 4. prints acceptance and tokens per verify step per prompt and per kind, and plots the ASBS
    block-size trajectories (block size against verify step, one line per prompt, coloured by
    kind) to real_block_sizes.png;
-5. plots the block-size trajectories of ASBS and the cost policy (block_policy = COST, at the
+5. plots the block-size trajectories of ASBS and the cost policy (the binding's, at the
    pipeline's default costs), each with the binding's pool and with a pool small enough for KV
    pressure, side by side (real_policy_trajectories.png, `policy_trajectories`).
 """
@@ -227,26 +227,28 @@ def _kind_counts(prompts: list[rp.Prompt]) -> dict[str, int]:
 POLICY_PLOT = "real_policy_trajectories.png"
 
 
-def pressure_pool(prompts: list[rp.Prompt], n_new: int, binding: rp.Binding, page_tokens: int = 16) -> int:
+def pressure_pool(prompts: list[rp.Prompt], n_new: int, binding: rp.Binding) -> int:
     """A KV pool (pages) of about 60% of what the prompts need at once: pressure, and evictions
     when they all run in one batch; never less than the largest request needs."""
-    need = [-(-(len(p.data) + n_new + binding.headroom + 1) // page_tokens) for p in prompts]
+    need = [-(-(len(p.data) + n_new + binding.headroom + 1) // binding.pool_page_size) for p in prompts]
     return max(max(need), (6 * sum(need)) // 10)
 
 
 def policy_trajectories(run, compiled, weights: dict, binding: rp.Binding, prompts: list[rp.Prompt], n_new: int,
                         variants: dict[str, dict] | None = None) -> dict[str, list[rp.Speculation]]:
     """Each variant's speculation per prompt, all prompts in one launch (`run(params, inputs)`) of
-    `compiled` (the pair's pipeline).
-    Default variants: ASBS and the cost policy at the pipeline's default costs, each with the
-    binding's pool and with a small one (pressure_pool). A variant's committed tokens must equal
-    the first's (RealPairError if not: speculation never changes the answer)."""
+    `compiled` (the pair's pipeline). Default variants: ASBS and the cost policy at the pipeline's
+    default costs, each with the binding's pool and with a small one (pressure_pool; when the
+    binding names the pool's parameter). A variant's committed tokens must equal the first's
+    (RealPairError if not: speculation never changes the answer)."""
     if variants is None:
-        small = {"pool_pages": pressure_pool(prompts, n_new, binding)}
-        variants = {"ASBS": binding.params("speculative"),
-                    f"ASBS, {small['pool_pages']}-page pool": {**binding.params("speculative"), **small},
-                    "cost policy": binding.params("cost"),
-                    f"cost policy, {small['pool_pages']}-page pool": {**binding.params("cost"), **small}}
+        variants = {"ASBS": binding.params("speculative"), "cost policy": binding.params("cost")}
+        if binding.pool_param:
+            pages = pressure_pool(prompts, n_new, binding)
+            small = {binding.pool_param: pages}
+            variants = {"ASBS": variants["ASBS"], f"ASBS, {pages}-page pool": {**variants["ASBS"], **small},
+                        "cost policy": variants["cost policy"],
+                        f"cost policy, {pages}-page pool": {**variants["cost policy"], **small}}
     inputs = rp.request_inputs(prompts, n_new, binding)
     out: dict[str, list[rp.Speculation]] = {}
     first = None

@@ -96,6 +96,8 @@ class Binding:
     proposed_total: str | None = None  # request field: drafted tokens in all
     cost: dict = field(default_factory=dict)  # launch parameters of the cost policy (none: no such policy)
     block_costs: dict = field(default_factory=dict)  # block size -> the launch parameter of a step's cost at it
+    pool_param: str | None = None  # the launch parameter of the KV pool's size, in pages
+    pool_page_size: int = 16  # tokens per page of that pool
 
     def params(self, mode: str, block: int = 0) -> dict:
         """Launch parameters of `mode`: "plain", "speculative" (ASBS), "cost" (the cost policy, at
@@ -136,7 +138,9 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
                        verify_stage=str(verify["stage"]), accepted=str(verify["accepted"]),
                        block=str(verify["block"]), proposed=verify.get("proposed"),
                        proposed_total=verify.get("proposed_total"), cost=dict(launch.get("cost", {})),
-                       block_costs={int(b): str(n) for b, n in launch.get("block_costs", {}).items()})
+                       block_costs={int(b): str(n) for b, n in launch.get("block_costs", {}).items()},
+                       pool_param=launch.get("pool", {}).get("param"),
+                       pool_page_size=int(launch.get("pool", {}).get("tokens_per_page", 16)))
     except (KeyError, TypeError, ValueError) as exc:
         what = f"no key {exc}" if isinstance(exc, KeyError) else f"a value of the wrong kind ({exc})"
         raise RealPairError(f"{source}: not a binding of the pair to a pipeline ({what}); restore "
@@ -166,7 +170,7 @@ def check_binding(program, binding: Binding) -> None:
     params = {p.name for p in program.params}
     problems = [f"request field '{n}'" for n in (binding.tokens, binding.length, binding.new_tokens) if n not in fields]
     launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1, **binding.cost,
-              **{name: 1 for name in binding.block_costs.values()}}
+              **{name: 1 for name in binding.block_costs.values()}, **({binding.pool_param: 1} if binding.pool_param else {})}
     problems += [f"launch parameter '{n}'" for n in launch if n not in params]
     trace = next((t for t in program.traces if t.stage == binding.verify_stage), None)
     if trace is None:
@@ -350,7 +354,7 @@ def launch_params(module, weights: dict[str, np.ndarray] | None = None, params: 
     if unknown:
         raise RealPairError(f"launch parameter(s) {', '.join(unknown)}: the pipeline has no such parameter "
                             f"(it has: {', '.join(types)})")
-    if any(isinstance(v, str) for v in params.values()):  # an enum parameter by member name ("COST")
+    if any(isinstance(v, str) for v in params.values()):  # an enum parameter by member name
         from .workload import _Invalid, check_value, param_types
 
         kinds = param_types(module)
