@@ -575,7 +575,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     }
 }
 
-extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/verify.xl:8
+extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/verify.xl:9
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);

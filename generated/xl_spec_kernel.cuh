@@ -101,6 +101,11 @@ constexpr int32_t MAX_PAGES = 16384;
 constexpr int32_t MAX_REQ_PAGES = 256;
 constexpr int32_t ORPHAN = -2;
 
+namespace BlockPolicy {  // enum
+constexpr int32_t THRESHOLDS = 0;
+constexpr int32_t COST = 1;
+}  // namespace BlockPolicy
+
 namespace ReqState {  // enum
 constexpr int32_t PREFILL_READY = 0;
 constexpr int32_t DECODE_READY = 1;
@@ -140,6 +145,14 @@ struct Params {
     int32_t block_lo;
     int32_t kv_pressure_cap;
     int32_t fixed_block;
+    int32_t block_policy;
+    float cost_b0;
+    float cost_b1;
+    float cost_b2;
+    float cost_b4;
+    float cost_b8;
+    float cost_alpha;
+    int32_t cost_probe_every;
     int32_t burst_len;
     uint32_t kv_cache;
     int32_t page_tokens;
@@ -163,6 +176,7 @@ struct Request {
     int32_t last_token;
     int32_t current_block_size;
     float ema_acceptance_rate;
+    int32_t plain_steps;
     int32_t draft_len;
     int32_t draft_tokens[128];
     int32_t target_tokens[129];
@@ -197,7 +211,7 @@ struct Request {
     int32_t kv_snap_free;
     int32_t kv_snap_used;
 };
-static_assert(sizeof(Request) == 1322 * 4, "Request layout must match xlgen/backends/layout.py");
+static_assert(sizeof(Request) == 1323 * 4, "Request layout must match xlgen/backends/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -285,7 +299,7 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
     return xl_clamp(a, 0.0f, 1.0f);
 }
 
-// stages/asbs.xl:7
+// stages/asbs.xl:8
 XL_DEVICE float fn_acceptance_ratio(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t accepted, int32_t proposed) {
     (void)xl_caller;
     (void)p;
@@ -296,7 +310,7 @@ XL_DEVICE float fn_acceptance_ratio(XlErr& xl_caller, int32_t xl_key, const Para
     return xl_fdiv(xl_i2f(accepted), xl_i2f(proposed));
 }
 
-// stages/asbs.xl:18
+// stages/asbs.xl:19
 XL_DEVICE float fn_asbs_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, float xl_r) {
     (void)xl_caller;
     (void)p;
@@ -304,7 +318,7 @@ XL_DEVICE float fn_asbs_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, f
     return xl_fadd(xl_fmul(p.asbs_alpha, xl_r), xl_fmul(xl_fsub(1.0f, p.asbs_alpha), ema));
 }
 
-// stages/asbs.xl:25
+// stages/asbs.xl:26
 XL_DEVICE int32_t fn_asbs_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure) {
     (void)xl_caller;
     (void)p;
@@ -321,12 +335,92 @@ XL_DEVICE int32_t fn_asbs_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     return b;
 }
 
-// stages/asbs.xl:41
-XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure) {
+// stages/asbs.xl:40
+XL_DEVICE float fn_block_cost(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t b) {
+    (void)xl_caller;
+    (void)p;
+    (void)xl_key;
+    if (xl_eq(b, 0)) {
+        return p.cost_b0;
+    } else if (xl_eq(b, 1)) {
+        return p.cost_b1;
+    } else if (xl_eq(b, 2)) {
+        return p.cost_b2;
+    } else if (xl_eq(b, 4)) {
+        return p.cost_b4;
+    }
+    return p.cost_b8;
+}
+
+// stages/asbs.xl:60
+XL_DEVICE int32_t fn_cost_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure, int32_t plain_run) {
     XlErr err = {0, 0, 0};
-    [[maybe_unused]] int32_t b = ((p.fixed_block > 0) ? p.fixed_block : fn_asbs_block_size(err, 1, p, ema, kv_pressure));
-    if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
-    return xl_clamp(b, 1, MAX_BLOCK);
+    [[maybe_unused]] float a = ((ema >= 0.0f) ? xl_min(ema, 1.0f) : 0.0f);
+    [[maybe_unused]] int32_t cap = (kv_pressure ? p.kv_pressure_cap : 8);
+    [[maybe_unused]] int32_t best = 0;
+    [[maybe_unused]] float best_rate = xl_fdiv(1.0f, p.cost_b0);
+    [[maybe_unused]] float tokens = 1.0f;
+    [[maybe_unused]] float power = 1.0f;
+    for (int32_t b = 1; b < 9; ++b) {
+        power = xl_fmul(power, a);
+        tokens = xl_fadd(tokens, power);
+        if (b > cap) {
+            break;
+        }
+        if (((xl_eq(b, 1) || xl_eq(b, 2)) || xl_eq(b, 4)) || xl_eq(b, 8)) {
+            [[maybe_unused]] float rate = xl_fdiv(tokens, fn_block_cost(err, 1, p, b));
+            if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+            if (rate > best_rate) {
+                best = b;
+                best_rate = rate;
+            }
+        }
+    }
+    if ((xl_eq(best, 0) && (p.cost_probe_every > 0)) && (plain_run >= p.cost_probe_every)) {
+        best = 1;
+    }
+    return (kv_pressure ? xl_min(best, p.kv_pressure_cap) : best);
+}
+
+// stages/asbs.xl:92
+XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, int32_t accepted, int32_t proposed) {
+    XlErr err = {0, 0, 0};
+    if (xl_eq(p.block_policy, BlockPolicy::THRESHOLDS)) {
+        {
+            const float xl_v = fn_asbs_ema(err, 2, p, ema, fn_acceptance_ratio(err, 1, p, accepted, proposed));
+            if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
+            return xl_v;
+        }
+    }
+    [[maybe_unused]] float e = ema;
+    for (int32_t j = 0; j < 128; ++j) {
+        if ((j >= proposed) || (j > accepted)) {
+            break;
+        }
+        [[maybe_unused]] float x = ((j < accepted) ? 1.0f : 0.0f);
+        e = xl_fadd(xl_fmul(p.cost_alpha, x), xl_fmul(xl_fsub(1.0f, p.cost_alpha), e));
+    }
+    return e;
+}
+
+// stages/asbs.xl:111
+XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure, int32_t plain_run) {
+    XlErr err = {0, 0, 0};
+    if (p.fixed_block > 0) {
+        return xl_min(p.fixed_block, MAX_BLOCK);
+    }
+    if (xl_eq(p.block_policy, BlockPolicy::COST)) {
+        {
+            const int32_t xl_v = xl_clamp(fn_cost_block_size(err, 1, p, ema, kv_pressure, plain_run), 0, MAX_BLOCK);
+            if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+            return xl_v;
+        }
+    }
+    {
+        const int32_t xl_v = xl_clamp(fn_asbs_block_size(err, 1, p, ema, kv_pressure), 1, MAX_BLOCK);
+        if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+        return xl_v;
+    }
 }
 
 // stages/kv.xl:53
@@ -365,10 +459,11 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
         XL_WARP_STORE(r.last_token, xl_v);
     }
     {
-        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
         if (err.code) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
+    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
     XL_WARP_STORE(r.state, ((r.token_limit > 0) ? ReqState::DECODE_READY : ReqState::DONE));
     return err;
 }
@@ -407,7 +502,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
     return err;
 }
 
-// stages/verify.xl:8: stage spec_verify
+// stages/verify.xl:9: stage spec_verify
 XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return xl_eq(r.state, ReqState::VERIFY_READY);
 }
@@ -419,11 +514,11 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         const int32_t xl_lo = 0;
         const int32_t xl_hi = xl_add(r.draft_len, 1);
         xl_lanes_v<false>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 129, [&](auto xl_chk, int32_t j, XlErr& err) {
-            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 15, xl_sub(j, 1), 128)]);
+            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 16, xl_sub(j, 1), 128)]);
             if (err.code) return;
             {
-                const int32_t xl_v = xl_b_target_token(err, 1, 16, r.seed, xl_add(pos, j), prev, p.vocab);
-                const int32_t xl_i = xl_idx_v(xl_chk, err, 2, 16, j, 129);
+                const int32_t xl_v = xl_b_target_token(err, 1, 17, r.seed, xl_add(pos, j), prev, p.vocab);
+                const int32_t xl_i = xl_idx_v(xl_chk, err, 2, 17, j, 129);
                 if (err.code) return;
                 XL_LANE_STORE(r.target_tokens[xl_i], xl_v);
             }
@@ -431,22 +526,21 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         if (err.code) return err;
     }
     {
-        const int32_t xl_v = xl_b_verify_prefix(err, 1, 18, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
+        const int32_t xl_v = xl_b_verify_prefix(err, 1, 19, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
         if (err.code) return err;
         XL_WARP_STORE(r.accepted_prefix_len, xl_v);
     }
-    [[maybe_unused]] float xl_r = fn_acceptance_ratio(err, 1, p, r.accepted_prefix_len, r.draft_len);
-    if (err.code) return err;
     {
-        const float xl_v = fn_asbs_ema(err, 1, p, r.ema_acceptance_rate, xl_r);
+        const float xl_v = fn_next_ema(err, 1, p, r.ema_acceptance_rate, r.accepted_prefix_len, r.draft_len);
         if (err.code) return err;
         XL_WARP_STORE(r.ema_acceptance_rate, xl_v);
     }
     {
-        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
         if (err.code) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
+    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
     XL_WARP_STORE(r.state, ReqState::COMMIT_READY);
     return err;
 }
@@ -577,7 +671,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t committed_tok = 0;
         [[maybe_unused]] int32_t total_tok = 0;
         if (xl_eq(r.state, ReqState::PREFILL_READY)) {
-            [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+            [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured, r.plain_steps), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
             if (err.code) return err;
             total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
         } else if (xl_ne(r.state, ReqState::DONE)) {
@@ -1875,7 +1969,7 @@ XL_DEVICE bool run_stage_decode(Request& r, const Shared& sh, const Params& p, i
     return true;
 }
 
-// stages/verify.xl:8: run stage spec_verify for one request if its guard holds, and
+// stages/verify.xl:9: run stage spec_verify for one request if its guard holds, and
 // trace it. On the GPU all lanes of the request's warp call this; `writer`
 // (lane 0) writes the records. Returns false when the request failed (its
 // error record is written).

@@ -19,6 +19,11 @@ MAX_REQ_PAGES = 256
 ORPHAN = -2
 
 
+class BlockPolicy:
+    THRESHOLDS = 0
+    COST = 1
+
+
 class ReqState:
     PREFILL_READY = 0
     DECODE_READY = 1
@@ -49,11 +54,11 @@ class Params:
     """Launch-time parameters; keyword arguments override the defaults. Tensors (flat
     float32 arrays, row-major) have no default: runtime.sim.make_params binds them."""
 
-    __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'burst_len', 'kv_cache', 'page_tokens', 'pool_pages', 'kv_pressure_threshold', 'eviction_policy', )
-    TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'burst_len': 'i32', 'kv_cache': 'bool', 'page_tokens': 'i32', 'pool_pages': 'i32', 'kv_pressure_threshold': 'f32', 'eviction_policy': 'i32'}
+    __slots__ = ('vocab', 'eos_token', 'asbs_alpha', 'asbs_hi', 'asbs_lo', 'asbs_ema_init', 'block_hi', 'block_mid', 'block_lo', 'kv_pressure_cap', 'fixed_block', 'block_policy', 'cost_b0', 'cost_b1', 'cost_b2', 'cost_b4', 'cost_b8', 'cost_alpha', 'cost_probe_every', 'burst_len', 'kv_cache', 'page_tokens', 'pool_pages', 'kv_pressure_threshold', 'eviction_policy', )
+    TYPES = {'vocab': 'i32', 'eos_token': 'i32', 'asbs_alpha': 'f32', 'asbs_hi': 'f32', 'asbs_lo': 'f32', 'asbs_ema_init': 'f32', 'block_hi': 'i32', 'block_mid': 'i32', 'block_lo': 'i32', 'kv_pressure_cap': 'i32', 'fixed_block': 'i32', 'block_policy': 'BlockPolicy', 'cost_b0': 'f32', 'cost_b1': 'f32', 'cost_b2': 'f32', 'cost_b4': 'f32', 'cost_b8': 'f32', 'cost_alpha': 'f32', 'cost_probe_every': 'i32', 'burst_len': 'i32', 'kv_cache': 'bool', 'page_tokens': 'i32', 'pool_pages': 'i32', 'kv_pressure_threshold': 'f32', 'eviction_policy': 'i32'}
     TENSORS = {}
 
-    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, burst_len=16, kv_cache=True, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
+    def __init__(self, vocab=32000, eos_token=0, asbs_alpha=0.20000000298023224, asbs_hi=0.800000011920929, asbs_lo=0.5, asbs_ema_init=0.800000011920929, block_hi=8, block_mid=4, block_lo=1, kv_pressure_cap=2, fixed_block=0, block_policy=0, cost_b0=469.0, cost_b1=927.0, cost_b2=1280.0, cost_b4=1935.0, cost_b8=3151.0, cost_alpha=0.10000000149011612, cost_probe_every=8, burst_len=16, kv_cache=True, page_tokens=16, pool_pages=16384, kv_pressure_threshold=0.8500000238418579, eviction_policy=0):
         self.vocab = vocab
         self.eos_token = eos_token
         self.asbs_alpha = asbs_alpha
@@ -65,6 +70,14 @@ class Params:
         self.block_lo = block_lo
         self.kv_pressure_cap = kv_pressure_cap
         self.fixed_block = fixed_block
+        self.block_policy = block_policy
+        self.cost_b0 = cost_b0
+        self.cost_b1 = cost_b1
+        self.cost_b2 = cost_b2
+        self.cost_b4 = cost_b4
+        self.cost_b8 = cost_b8
+        self.cost_alpha = cost_alpha
+        self.cost_probe_every = cost_probe_every
         self.burst_len = burst_len
         self.kv_cache = kv_cache
         self.page_tokens = page_tokens
@@ -74,7 +87,7 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'plain_steps', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
 
 
 class Shared:
@@ -84,7 +97,7 @@ class Shared:
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
-REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
 SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 # (xl name, attribute, element word, dims) of each pool.
 POOLS = []
@@ -106,6 +119,7 @@ def init_request(req_id, p):
     r.last_token = 0
     r.current_block_size = 0
     r.ema_acceptance_rate = p.asbs_ema_init
+    r.plain_steps = 0
     r.draft_len = 0
     r.draft_tokens = [0] * 128
     r.target_tokens = [0] * 129
@@ -197,19 +211,19 @@ def fn_agreement(p, shape, base, k, limit):
     return clamp(a, 0.0, 1.0)
 
 
-# stages/asbs.xl:7
+# stages/asbs.xl:8
 def fn_acceptance_ratio(p, accepted, proposed):
     if (proposed <= 0):
         return 0.0
     return div_f32(f32(float(accepted)), f32(float(proposed)))
 
 
-# stages/asbs.xl:18
+# stages/asbs.xl:19
 def fn_asbs_ema(p, ema, xl_r):
     return f32(f32(p.asbs_alpha * xl_r) + f32(f32(1.0 - p.asbs_alpha) * ema))
 
 
-# stages/asbs.xl:25
+# stages/asbs.xl:26
 def fn_asbs_block_size(p, ema, kv_pressure):
     b = p.block_lo
     if (ema >= p.asbs_hi):
@@ -221,10 +235,62 @@ def fn_asbs_block_size(p, ema, kv_pressure):
     return b
 
 
-# stages/asbs.xl:41
-def fn_next_block_size(p, ema, kv_pressure):
-    b = (p.fixed_block if (p.fixed_block > 0) else fn_asbs_block_size(p, ema, kv_pressure))  # @xl:42
-    return clamp(b, 1, MAX_BLOCK)
+# stages/asbs.xl:40
+def fn_block_cost(p, b):
+    if (b == 0):
+        return p.cost_b0
+    elif (b == 1):
+        return p.cost_b1
+    elif (b == 2):
+        return p.cost_b2
+    elif (b == 4):
+        return p.cost_b4
+    return p.cost_b8
+
+
+# stages/asbs.xl:60
+def fn_cost_block_size(p, ema, kv_pressure, plain_run):
+    a = (min_(ema, 1.0) if (ema >= 0.0) else 0.0)
+    cap = (p.kv_pressure_cap if kv_pressure else 8)
+    best = 0
+    best_rate = div_f32(1.0, p.cost_b0)
+    tokens = 1.0
+    power = 1.0
+    for b in range(1, 9):
+        power = f32(power * a)
+        tokens = f32(tokens + power)
+        if (b > cap):
+            break
+        if ((((b == 1) or (b == 2)) or (b == 4)) or (b == 8)):
+            rate = div_f32(tokens, fn_block_cost(p, b))  # @xl:74
+            if (rate > best_rate):
+                best = b
+                best_rate = rate
+    if (((best == 0) and (p.cost_probe_every > 0)) and (plain_run >= p.cost_probe_every)):
+        best = 1
+    return (min_(best, p.kv_pressure_cap) if kv_pressure else best)
+
+
+# stages/asbs.xl:92
+def fn_next_ema(p, ema, accepted, proposed):
+    if (p.block_policy == BlockPolicy.THRESHOLDS):
+        return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:94
+    e = ema
+    for j in range(0, 128):
+        if ((j >= proposed) or (j > accepted)):
+            break
+        x = (1.0 if (j < accepted) else 0.0)
+        e = f32(f32(p.cost_alpha * x) + f32(f32(1.0 - p.cost_alpha) * e))
+    return e
+
+
+# stages/asbs.xl:111
+def fn_next_block_size(p, ema, kv_pressure, plain_run):
+    if (p.fixed_block > 0):
+        return min_(p.fixed_block, MAX_BLOCK)
+    if (p.block_policy == BlockPolicy.COST):
+        return clamp(fn_cost_block_size(p, ema, kv_pressure, plain_run), 0, MAX_BLOCK)  # @xl:116
+    return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:118
 
 
 # stages/kv.xl:53
@@ -248,7 +314,8 @@ def stage_prefill(r, sh, p):
     r.prefill_tokens = max_(wrap_i32(r.prompt_len - wrap_i32(r.kv_borrowed * max_(p.page_tokens, 1))), 0)
     r.token_limit = clamp(r.max_new_tokens, 0, MAX_OUT)
     r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:19
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:21
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:21
+    r.plain_steps = (1 if (r.current_block_size == 0) else 0)
     r.state = (ReqState.DECODE_READY if (r.token_limit > 0) else ReqState.DONE)
 
 
@@ -275,20 +342,20 @@ def stage_decode(r, sh, p):
     r.state = ReqState.VERIFY_READY
 
 
-# stages/verify.xl:8: stage spec_verify
+# stages/verify.xl:9: stage spec_verify
 def guard_spec_verify(r, sh, p):
     return (r.state == ReqState.VERIFY_READY)
 
 
 def stage_spec_verify(r, sh, p):
     pos = wrap_i32(r.prompt_len + r.n_out)
-    xl_lo, xl_hi = 0, wrap_i32(r.draft_len + 1)  # @xl:14
+    xl_lo, xl_hi = 0, wrap_i32(r.draft_len + 1)  # @xl:15
     if use_scalar(xl_hi - xl_lo):
         xl_first = None
         for j in range(xl_lo, xl_hi):
             try:
-                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:15
-                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:16
+                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:16
+                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:17
             except XlRuntimeError as xl_e:
                 xl_first = xl_first or xl_e
         if xl_first is not None:
@@ -300,18 +367,18 @@ def stage_spec_verify(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 j = xl_L.index
-                prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 15)])
+                prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 16)])
                 xl_L.end()
-                xl_v = vb_target_token(xl_L, 16, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
-                v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 16), xl_v)
+                xl_v = vb_target_token(xl_L, 17, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
+                v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 17), xl_v)
                 xl_L.end()
             xl_pieces.add(xl_L)
         r.target_tokens[:] = xl_a_target_tokens.tolist()
-        xl_pieces.result()  # @xl:14
-    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:18
-    xl_r = fn_acceptance_ratio(p, r.accepted_prefix_len, r.draft_len)  # @xl:19
-    r.ema_acceptance_rate = fn_asbs_ema(p, r.ema_acceptance_rate, xl_r)  # @xl:20
-    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:21
+        xl_pieces.result()  # @xl:15
+    r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:19
+    r.ema_acceptance_rate = fn_next_ema(p, r.ema_acceptance_rate, r.accepted_prefix_len, r.draft_len)  # @xl:20
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:21
+    r.plain_steps = (wrap_i32(r.plain_steps + 1) if (r.current_block_size == 0) else 0)
     r.state = ReqState.COMMIT_READY
 
 
@@ -365,7 +432,7 @@ def stage_kv_manage(r, sh, p, xw):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:73
+        first = min_(fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps), clamp(r.max_new_tokens, 0, MAX_OUT))  # @xl:73
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
@@ -642,7 +709,7 @@ def is_done(r, sh, p):
 STAGES = [
     ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill, 'stage', 10),
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
-    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 8),
+    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
     ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 320),

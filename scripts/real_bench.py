@@ -8,6 +8,9 @@ launch per group, B requests resident at once):
 
   mega plain        greedy decoding of the target alone, no draft (speculate=false; the reference)
   mega ASBS         speculative decoding, block sizes chosen by ASBS
+  mega cost         the cost policy (block_policy = COST): per step the block size in {0, 1, 2, 4, 8}
+                    of most expected tokens per unit of cost, 0 = a plain step; its costs calibrated
+                    on this GPU at each batch size before the variants run (--costs)
   mega B=k          speculative decoding, fixed block size k (--blocks, default 1,2,4,8)
   torch eager_kv    PyTorch, a static KV cache, one eager decode step per token
   torch graph_kv    the decode step captured once as a CUDA graph, replayed per token
@@ -18,6 +21,15 @@ launch per group, B requests resident at once):
                     (calib/real_limit: (b) one SM per request under the language's exactness rules,
                     (c) a 16-SM cluster per request), built and run by its run_gpu.sh in a child
                     process on the same GPU, their results table parsed into the same rows
+
+Calibration (--costs calibrate, the default on a GPU; --calibrate-only: nothing else): per batch
+size and block size B in {0, 1, 2, 4, 8}, a launch of that many bundled prompts (prompts.json, never
+the held-out ones) with a fixed block B (B = 0: plain) at 16 and at 80 new tokens, best of
+--calibrate-repeats after a warm-up; a step's cost = extra wall time / extra rounds (the prefill and
+the launch overhead cancel). The costs go into the cost policy's launch parameters (the binding's
+block_costs): measured on the host, once per launch, so the simulator and the CPU build decide the
+same way given the same parameters. They are in the report ("costs", "calibration") and, with
+--calibrate-only, in costs.json, which --costs FILE reads back.
 
 Every variant's tokens are checked equal to mega plain's at the first batch size (and mega
 plain's against PyTorch's recorded greedy tokens, reference_tokens.json); the table says so per row.
@@ -40,6 +52,8 @@ bundled prompts x 128 tokens whatever --prompts and --n say (the row's note says
     python3 scripts/real_bench.py -o $OUT --limit-dir .calib/real_limit --limit-parts bc   # + the hand-written limit
     python3 scripts/real_bench.py -o /tmp/rb --limit-log cuda.log ...    # its rows from a log of run_gpu.sh instead
     python3 scripts/real_bench.py -o /tmp/rb --prompts-file models/bytes_pair/heldout_prompts.json --batches 1,8,32
+    python3 scripts/real_bench.py -o /tmp/rb --calibrate-only --batches 1,8,32    # the costs only: costs.json
+    python3 scripts/real_bench.py -o /tmp/rb --costs /tmp/rb/costs.json --policies cost --no-torch
 """
 
 from __future__ import annotations
@@ -61,6 +75,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # torch_baselines (imported only when
 from xlgen.tools import real_pair as rp  # noqa: E402
 
 TORCH_MODES = ("eager_kv", "graph_kv", "graph_kv_loop", "compile_kv")
+POLICIES = ("asbs", "cost", "fixed")  # mega-kernel variants beside plain greedy (--policies)
 LIMIT_PARTS = "abc"  # run_gpu.sh's parts that time whole decodes (d: a verify pass, m: micro-benchmarks, t: torch)
 REQUEST_MODE_OPTION = "-DXL_REQUEST_IN_SHARED="
 
@@ -201,10 +216,78 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     return row, answers
 
 
-def mega_variants(binding: rp.Binding, blocks: list[int]) -> list[tuple[str, dict]]:
-    """(name, launch parameters) of every mega-kernel variant (the binding names the parameters)."""
-    return ([("mega plain", binding.params("plain")), ("mega ASBS", binding.params("speculative"))]
-            + [(f"mega B={b}", binding.params("fixed", b)) for b in blocks])
+def mega_variants(binding: rp.Binding, blocks: list[int], policies: tuple[str, ...] = POLICIES,
+                  costs: dict[int, float] | None = None) -> list[tuple[str, dict]]:
+    """(name, launch parameters) of every mega-kernel variant of `policies` (the binding names the
+    parameters); the cost policy with `costs` (block size -> cost of a step; None: the pipeline's
+    defaults). Plain greedy always comes first: it is every other variant's reference."""
+    out = [("mega plain", binding.params("plain"))]
+    if "asbs" in policies:
+        out.append(("mega ASBS", binding.params("speculative")))
+    if "cost" in policies:
+        out.append(("mega cost", {**binding.params("cost"), **binding.cost_params(costs or {})}))
+    if "fixed" in policies:
+        out += [(f"mega B={b}", binding.params("fixed", b)) for b in blocks]
+    return out
+
+
+# ---- calibration: the cost policy's costs on this machine at this batch size -----------------------
+
+CALIBRATION_LENGTHS = (16, 80)  # new tokens of the short and the long launch
+
+
+def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, batch: int, prompts: list[rp.Prompt],
+              repeats: int, lengths: tuple[int, int] = CALIBRATION_LENGTHS) -> dict:
+    """The cost of one speculation step (µs of wall time per round) at each block size the cost
+    policy chooses from, at `batch` requests per launch: per block size B, the same launch (`batch`
+    of `prompts`, cycled; fixed block B, B = 0: plain greedy) with lengths[0] and lengths[1] new
+    tokens, best of `repeats` after a warm-up each, and cost = (extra time) / (extra rounds): the
+    prompt's prefill and the launch's overhead cancel. Host-side timing, once per launch: nothing
+    measured enters a launch but these parameters."""
+    group = [prompts[i % len(prompts)] for i in range(batch)]
+    costs, points = {}, {}
+    for b in sorted(binding.block_costs):
+        params = rp.launch_params(module, weights, binding.params("plain") if b == 0 else binding.params("fixed", b))
+        measured = []
+        for n in lengths:
+            inputs = rp.request_inputs(group, n, binding)
+            runner(params, inputs, batch)  # warm-up
+            timed = [runner(params, inputs, batch) for _ in range(repeats)]
+            measured.append((min(t.wall_ms for t in timed), int(timed[0].result.rounds)))
+        (t1, r1), (t2, r2) = measured
+        if r2 <= r1 or t2 <= t1:
+            raise rp.RealPairError(f"calibration at batch {batch}, block {b}: {lengths[1]} new tokens took {t2:.3f} ms "
+                                   f"in {r2} rounds, {lengths[0]} took {t1:.3f} ms in {r1}: no cost per round to "
+                                   "fit (too noisy: raise --calibrate-repeats)")
+        costs[b] = (t2 - t1) * 1e3 / (r2 - r1)
+        points[b] = measured
+    return {"batch": batch, "costs_us": costs, "points_ms_rounds": points, "lengths": list(lengths),
+            "prompts": [p.name for p in group]}
+
+
+def load_costs(path: Path, batches: list[int]) -> dict[int, dict[int, float]]:
+    """Costs per batch size from a JSON file: {"costs": {batch: {block: cost}}} (real_bench.json or
+    costs.json of an earlier run) or the mapping itself."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise rp.RealPairError(f"--costs {path}: {exc}") from None
+    table = doc.get("costs", doc) if isinstance(doc, dict) else None
+    try:
+        out = {int(batch): {int(b): float(c) for b, c in row.items()} for batch, row in table.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise rp.RealPairError(f"--costs {path}: expected {{\"costs\": {{batch: {{block size: cost}}}}}}") from None
+    missing = [b for b in batches if b not in out]
+    if missing:
+        raise rp.RealPairError(f"--costs {path}: no costs for batch {', '.join(map(str, missing))} "
+                               f"(it has {', '.join(map(str, sorted(out))) or 'none'})")
+    return out
+
+
+def cost_line(batch: int, costs: dict[int, float], binding: rp.Binding) -> str:
+    params = " ".join(f"--param {n}={v:.1f}" for n, v in binding.cost_params(costs).items())
+    return (f"batch {batch:<2} costs (us per step): " + ", ".join(f"B={b} {c:,.1f}" for b, c in sorted(costs.items()))
+            + f"\n  as launch parameters: {params}")
 
 
 def set_request_mode(mode: str | None) -> None:
@@ -456,6 +539,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--request-in-shared", default=None, metavar="MODES",
                     help="XL_REQUEST_IN_SHARED values to compare, e.g. 0,1 (sets XLGEN_NVRTC_OPTIONS; "
                          "default: the kernel's default, or what XLGEN_NVRTC_OPTIONS says)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help=f"mega-kernel variants beside plain greedy, of {','.join(POLICIES)} (default all)")
+    ap.add_argument("--costs", default=None, metavar="calibrate|defaults|FILE",
+                    help="the cost policy's costs: calibrate (default on a GPU), defaults (the pipeline's: "
+                         "H100, batch 1; default on cpu and sim), or a costs.json / real_bench.json of an earlier run")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="only calibrate the costs at each --batches size: costs.json and the launch parameters")
+    ap.add_argument("--calibrate-repeats", type=int, default=3, help="timed runs per calibration launch (default 3)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch baselines")
     ap.add_argument("--torch-modes", default=",".join(TORCH_MODES),
                     help=f"default {','.join(TORCH_MODES)} (eager_nocache too, batch 1 only)")
@@ -477,8 +568,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if not args.limit_parts or set(args.limit_parts) - set(LIMIT_PARTS):
         ap.error(f"--limit-parts: letters of {LIMIT_PARTS}, not '{args.limit_parts}'")
-    if args.n < 1 or args.repeats < 1:
-        ap.error("--n and --repeats must be >= 1")
+    if args.n < 1 or args.repeats < 1 or args.calibrate_repeats < 1:
+        ap.error("--n, --repeats and --calibrate-repeats must be >= 1")
+    args.policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    bad = sorted(set(args.policies) - set(POLICIES))
+    if bad:
+        ap.error(f"--policies: unknown {', '.join(bad)} (choose from {', '.join(POLICIES)})")
+    if args.costs is None:
+        args.costs = "calibrate" if args.backend == "gpu" else "defaults"
     if args.request_in_shared is not None:
         modes = [m.strip() for m in args.request_in_shared.split(",") if m.strip()]
         if not modes or any(m not in ("0", "1", "2") for m in modes):
@@ -489,6 +586,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad:
         ap.error(f"--torch-modes: unknown {', '.join(bad)}")
     return args
+
+
+def batch_costs(args, runner: MegaRunner, module, weights: dict, binding: rp.Binding, batch: int,
+                cost_table: dict | None, report: dict) -> dict[int, float] | None:
+    """The cost policy's costs at `batch` (None: the pipeline's defaults), as --costs says; noted in
+    the report and printed with their launch parameters."""
+    if "cost" not in args.policies and not args.calibrate_only:
+        return None
+    if args.costs == "defaults" and not args.calibrate_only:
+        return None
+    if cost_table is not None:
+        costs = cost_table[batch]
+    else:
+        cal = calibrate(runner, module, weights, binding, batch, rp.load_prompts(), args.calibrate_repeats)
+        cal["team_warps"] = runner.team_warps
+        report["calibration"].append(cal)
+        costs = cal["costs_us"]
+    report["costs"][str(batch)] = {str(b): c for b, c in costs.items()}
+    print(cost_line(batch, costs, binding), flush=True)
+    return costs
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -520,6 +637,9 @@ def run(args: argparse.Namespace) -> dict:
         report["device"] = name.decode() if isinstance(name, bytes) else str(name)
     rows: list[Row] = []
     plain: list[list[int]] | None = None
+    report.update(costs_source=args.costs if "cost" in args.policies or args.calibrate_only else None, costs={},
+                  calibration=[])
+    cost_table = load_costs(Path(args.costs), args.batches) if args.costs not in ("calibrate", "defaults") else None
     for mode in modes:
         if args.backend == "gpu":
             set_request_mode(mode)
@@ -533,7 +653,10 @@ def run(args: argparse.Namespace) -> dict:
                    1)
             report["first_launch_s"][f"team {team} mode {mode or 'default'}"] = time.perf_counter() - t0
             for batch in args.batches:
-                for variant, params in mega_variants(binding, args.blocks):
+                costs = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
+                if args.calibrate_only:
+                    continue
+                for variant, params in mega_variants(binding, args.blocks, args.policies, costs):
                     row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, params), prompts,
                                               args.n, batch, args.repeats, plain, binding)
                     row.request_mode = mode
@@ -553,6 +676,11 @@ def run(args: argparse.Namespace) -> dict:
                                     print(f"  {a.name}: {a.describe()}")
                     rows.append(row)
                     print(line(row), flush=True)
+    if args.calibrate_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "costs.json").write_text(json.dumps({k: report[k] for k in ("device", "costs", "calibration")},
+                                                        indent=1) + "\n")
+        return report
     if not args.no_torch:
         import torch
 
@@ -612,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     except rp.RealPairError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.calibrate_only:
+        print(f"wrote {args.out / 'costs.json'}")
+        return 0
     print(f"wrote {args.out / 'real_bench.json'} and {args.out / 'real_bench.md'}")
     status = 0
     if not report["all_equal_plain"]:

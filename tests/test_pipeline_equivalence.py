@@ -22,6 +22,7 @@ from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
 from xlgen.tools.workload import from_dict
 from xlgen.tools.companion import load as load_companion
+from xlgen.tools.metrics import trace_series
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
@@ -162,3 +163,24 @@ def test_greedy_reference_follows_the_pipeline_rules():
         toks = greedy_tokens(seed, 4, 400, 50, 7)
         assert 7 not in toks[:-1]
         assert toks[-1] == 7 or len(toks) == 400
+
+
+# The cost policy (block_policy = COST): costs with the break-even near an acceptance of 0.75,
+# so requests switch between plain steps (B = 0), probes and blocks of 1 to 8.
+COST_POLICY = {"block_policy": 1, "cost_b0": 1.0, "cost_b1": 1.75, "cost_b2": 2.4, "cost_b4": 3.3, "cost_b8": 5.0,
+               "cost_probe_every": 3}
+
+
+@pytest.mark.parametrize("max_active", [1, 8, 32], ids=lambda n: f"batch{n}")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_cost_policy_commits_greedy_tokens(compiled, backend, max_active):
+    module = compiled.sim_module()
+    inputs = _requests(module, max(64, max_active + max_active // 4), seed=100 + max_active)
+    blocks = set()
+    for vocab in (SMALL_VOCAB, FULL_VOCAB):
+        params = {**vocab, **COST_POLICY}
+        result = _run(backend, compiled, params, inputs, max_active)
+        _check_committed_tokens(result, inputs, params)
+        for _, chosen in trace_series(compiled.program, result, "spec_verify", "current_block_size").values():
+            blocks |= set(chosen.tolist())
+    assert 0 in blocks and len(blocks) > 2, blocks  # plain steps and blocks of several sizes occurred

@@ -56,10 +56,13 @@ def test_options(capsys):
     a = rb.parse_args(["-o", "x"])
     assert (a.n, a.repeats, a.batches, a.blocks, a.team_warps, a.request_in_shared, a.backend) == \
         (128, 5, [1, 8], [1, 2, 4, 8], None, None, "gpu")
+    assert (a.policies, a.costs, a.calibrate_only) == (("asbs", "cost", "fixed"), "calibrate", False)
+    a = rb.parse_args(["-o", "x", "--backend", "cpu", "--policies", "cost,fixed"])
+    assert (a.policies, a.costs) == (("cost", "fixed"), "defaults")
     a = rb.parse_args(["-o", "x", "--team-warps", "1,4", "--request-in-shared", "0,1", "--torch-modes", "graph_kv"])
     assert a.team_warps == [1, 4] and a.request_in_shared == ["0", "1"] and a.torch_modes == ["graph_kv"]
     for bad in (["--request-in-shared", "3"], ["--batches", "0"], ["--blocks", "x"], ["--torch-modes", "graph"],
-                ["--n", "0"]):
+                ["--n", "0"], ["--policies", "asbs,costs"], ["--calibrate-repeats", "0"]):
         with pytest.raises(SystemExit):
             rb.parse_args(["-o", "x", *bad])
 
@@ -76,7 +79,14 @@ def test_request_mode_replaces_only_its_option(monkeypatch):
 
 def test_variants():
     names = [v for v, _ in rb.mega_variants(rp.load_binding(), [2, 8])]
-    assert names == ["mega plain", "mega ASBS", "mega B=2", "mega B=8"]
+    assert names == ["mega plain", "mega ASBS", "mega cost", "mega B=2", "mega B=8"]
+    assert [v for v, _ in rb.mega_variants(rp.load_binding(), [2], ("cost",))] == ["mega plain", "mega cost"]
+    cost = dict(rb.mega_variants(rp.load_binding(), [], ("cost",), {0: 1.0, 1: 2.5, 2: 3.0, 4: 4.0, 8: 6.5}))
+    assert cost["mega cost"] == {"eos_token": -1, "pool_pages": 512, "speculate": True, "fixed_block": 0,
+                                 "block_policy": "COST", "cost_b0": 1.0, "cost_b1": 2.5, "cost_b2": 3.0,
+                                 "cost_b4": 4.0, "cost_b8": 6.5}
+    with pytest.raises(rp.RealPairError, match=r"block sizes \[3\]"):
+        rb.mega_variants(rp.load_binding(), [], ("cost",), {3: 1.0})
     assert dict(rb.mega_variants(rp.load_binding(), [2]))["mega B=2"] == {"eos_token": -1, "pool_pages": 512, "speculate": True,
                                                                           "fixed_block": 2}
 
@@ -96,8 +106,9 @@ def test_whole_run_on_the_cpu_build_of_the_stand_in(tmp_path):
     report = json.loads((out / "real_bench.json").read_text())
     assert report["all_equal_plain"] and report["pytorch_agrees"] and report["n_new"] == n
     got = [(r["variant"], r["batch"], r["launches"], r["new_tokens"], r["equal_plain"]) for r in report["rows"]]
-    assert got == [("mega plain", 1, 3, 18, "3/3"), ("mega ASBS", 1, 3, 18, "3/3"), ("mega B=2", 1, 3, 18, "3/3"),
-                   ("mega plain", 2, 2, 18, "3/3"), ("mega ASBS", 2, 2, 18, "3/3"), ("mega B=2", 2, 2, 18, "3/3")]
+    assert got == [(v, batch, launches, 18, "3/3") for batch, launches in ((1, 3), (2, 2))
+                   for v in ("mega plain", "mega ASBS", "mega cost", "mega B=2")]
+    assert report["costs_source"] == "defaults" and report["costs"] == {}
     plain = report["rows"][0]
     assert plain["equal_pytorch"] == "3/3" and plain["verify_steps"] == 18 and plain["tokens_per_s"] > 0
     assert report["rows"][2]["acceptance"] is not None and report["timed"].startswith("What is timed")
@@ -231,7 +242,7 @@ def test_a_failing_limit_run_keeps_the_other_rows(tmp_path):
     assert code == 1  # the stand-in disagrees with PyTorch too; the limit's failure is reported either way
     report = json.loads((out / "real_bench.json").read_text())
     assert "wrote no cuda.log" in report["limit_error"] and not report["limit_equal_reference"]
-    assert [r["variant"] for r in report["rows"]] == ["mega plain", "mega ASBS", "mega B=1"]
+    assert [r["variant"] for r in report["rows"]] == ["mega plain", "mega ASBS", "mega cost", "mega B=1"]
     assert "no nvcc here" in (out / "limit" / "run_gpu.log").read_text()
 
 
@@ -276,4 +287,67 @@ def test_a_prompts_file_without_recorded_tokens(tmp_path):
     report = json.loads((out / "real_bench.json").read_text())
     assert report["prompts"] == [held[-1]["name"], "random_0"] and report["pytorch_compared"] == ["random_0"]
     assert [(r["variant"], r["equal_plain"], r["equal_pytorch"]) for r in report["rows"]] == [
-        ("mega plain", "2/2", "1/1"), ("mega ASBS", "2/2", ""), ("mega B=2", "2/2", "")]
+        ("mega plain", "2/2", "1/1"), ("mega ASBS", "2/2", ""), ("mega cost", "2/2", ""), ("mega B=2", "2/2", "")]
+
+
+class _Clock:
+    """A runner whose launches take 5 ms + rounds x the block's cost (µs): calibration must recover it."""
+    COST_US = {0: 400.0, 1: 900.0, 2: 1300.0, 4: 2000.0, 8: 3200.0}
+
+    team_warps = 1
+
+    def __call__(self, params, inputs, batch):
+        from types import SimpleNamespace
+
+        block = params["fixed_block"] if params.get("speculate") else 0
+        n = inputs[0]["max_new_tokens"]
+        rounds = 1 + -(-n // (block + 1))
+        return rb.Launch(SimpleNamespace(rounds=rounds), 5.0 + rounds * self.COST_US[block] / 1e3, 0.0, None)
+
+
+def test_calibration_recovers_the_cost_of_a_step_per_block_size():
+    cal = rb.calibrate(_Clock(), FAKE_MODULE(), None, rp.load_binding(), 3, rp.load_prompts()[:2], 2)
+    assert cal["costs_us"] == pytest.approx(_Clock.COST_US)
+    assert cal["prompts"] == ["code_class", "code_imports", "code_class"] and cal["lengths"] == [16, 80]
+    line = rb.cost_line(3, cal["costs_us"], rp.load_binding())
+    assert "B=0 400.0" in line and "--param cost_b8=3200.0" in line
+
+
+def FAKE_MODULE():
+    from xlgen.backends.build import load
+
+    return load(FAKE).sim_module()
+
+
+def test_costs_from_a_file(tmp_path):
+    f = tmp_path / "costs.json"
+    f.write_text(json.dumps({"device": "x", "costs": {"1": {"0": 1.0, "8": 2.0}, "8": {"0": 3.0}}}))
+    assert rb.load_costs(f, [1, 8]) == {1: {0: 1.0, 8: 2.0}, 8: {0: 3.0}}
+    with pytest.raises(rp.RealPairError, match="no costs for batch 32"):
+        rb.load_costs(f, [1, 32])
+    f.write_text("[1]")
+    with pytest.raises(rp.RealPairError, match="expected"):
+        rb.load_costs(f, [1])
+    # a run that takes them: the cost variant's launch parameters are the file's
+    out = tmp_path / "out"
+    f.write_text(json.dumps({"1": {"0": 1.0, "1": 2.0, "2": 3.0, "4": 10.0, "8": 20.0}}))
+    code = rb.main(["-o", str(out), "--backend", "cpu", "--pipeline", str(FAKE), "--n", "24", "--repeats", "1",
+                    "--prompts", "prose_verse", "--batches", "1", "--policies", "cost", "--costs", str(f), "--no-torch",
+                    "--reference", str(_reference(tmp_path, ["prose_verse"], 24))])
+    assert code == 0
+    report = json.loads((out / "real_bench.json").read_text())
+    assert [r["variant"] for r in report["rows"]] == ["mega plain", "mega cost"]
+    assert report["costs"] == {"1": {"0": 1.0, "1": 2.0, "2": 3.0, "4": 10.0, "8": 20.0}}
+    # the fake's cost policy decodes plain when 2 x cost_b0 < cost_b4 (these costs): its first block (the
+    # fake's initial 8) commits 4 tokens of prose_verse, then 20 plain steps
+    plain, cost = report["rows"]
+    assert (plain["verify_steps"], cost["verify_steps"], cost["acceptance"]) == (24, 21, 3 / 8)
+
+
+def _reference(tmp_path, names, n):
+    prompts = rp.select_prompts(rp.load_prompts(), ",".join(names))
+    rows = [{"name": p.name, "tokens": [(p.data[k % len(p.data)] + 1) % 256 for k in range(n)], "min_margin": 1.0,
+             "margins": [1.0] * n} for p in prompts]
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"models": {"target": rows}}))
+    return ref

@@ -18,3 +18,6 @@ def test_demo_real_reproduces_pytorch_and_plots(tmp_path):
     assert "kind random" in out and "kind prose" in out and "tokens/step" in out
     png = tmp_path / "real_block_sizes.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    policies = tmp_path / "real_policy_trajectories.png"  # ASBS and the cost policy, with and without pressure
+    assert policies.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and policies.stat().st_size > 10_000
+    assert "policy trajectories (ASBS and the cost policy" in out

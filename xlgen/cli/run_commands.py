@@ -287,7 +287,8 @@ Examples:
               help="The real byte-level model pair (models/bytes_pair/, docs/models.md) in stages/byte_spec.xl: "
                    "diff-test the backends on a short run, then plain greedy and speculative decoding (ASBS) of the "
                    "bundled prompts on the GPU (else the CPU build), compared with PyTorch's greedy tokens; "
-                   "acceptance per prompt kind; real_block_sizes.png.")
+                   "acceptance per prompt kind; real_block_sizes.png, and real_policy_trajectories.png (ASBS and "
+                   "the cost policy, with and without KV pressure).")
 @click.option("--prompts", "prompt_selection", default=None, metavar="LIST",
               help="With --real: the bundled prompts to run, by name, kind or index, comma-separated (default: all 8).")
 @click.option("-n", "--new-tokens", "n_new", type=AsciiInt(1, 504), default=128, show_default=True,

@@ -10,7 +10,10 @@ stages/byte_spec.xl) and, on the bundled prompts:
    PyTorch's recorded greedy tokens (reference_tokens.json: agreement and top-1 margins);
 4. prints acceptance and tokens per verify step per prompt and per kind, and plots the ASBS
    block-size trajectories (block size against verify step, one line per prompt, coloured by
-   kind) to real_block_sizes.png.
+   kind) to real_block_sizes.png;
+5. plots the block-size trajectories of ASBS and the cost policy (the binding's, at the
+   pipeline's default costs), each with the binding's pool and with a pool small enough for KV
+   pressure, side by side (real_policy_trajectories.png, `policy_trajectories`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class RealDemo:
     spec_equals_plain: bool = False
     timings: list[Timed] = field(default_factory=list)
     plot: Path | None = None
+    policy_plot: Path | None = None
 
     failed: int = 0  # requests of the main runs that failed (runtime error, watchdog)
 
@@ -94,7 +98,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     from ..core.files import output_directory
 
     # after every input was checked (a bad one leaves nothing behind), before the runs
-    output_directory(out_dir, ["real_block_sizes.png"])
+    output_directory(out_dir, ["real_block_sizes.png", POLICY_PLOT])
 
     if use_gpu is None:
         from ..runtime import gpu
@@ -117,7 +121,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
         return gpu.run(compiled, params, reqs, config)
 
     diff_backends = ["cpu"] + (["gpu"] if use_gpu else [])
-    steps = 1 + len(diff_backends) + 2 + 1
+    steps = 1 + len(diff_backends) + 2 + 2
     asbs = rp.launch_params(module, weights, binding.params("speculative"))
     plain_params = rp.launch_params(module, weights, binding.params("plain"))
     config = LaunchConfig(max_active=len(prompts))
@@ -157,6 +161,12 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
                                         f"ASBS block size per verify step: {compiled.name}, real model pair, "
                                         f"{n_new} new tokens")
         bar.update(1)
+        doing("policy trajectories")
+        runs = policy_trajectories(lambda params, reqs: run_on(demo.backend, params, reqs, config), compiled, weights,
+                                   binding, prompts, n_new)
+        demo.policy_plot = rp.plot_policy_trajectories(runs, out_dir / POLICY_PLOT, f"Block size per verify step: "
+                                                       f"ASBS and the cost policy (default costs), {n_new} new tokens")
+        bar.update(1)
 
     echo("")
     cut = f"the first {diff_prompt_bytes} bytes of " if diff_prompt_bytes else ""
@@ -191,6 +201,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     for t in demo.timings:
         echo(t.line())
     echo(f"plot: {demo.plot}")
+    echo(f"policy trajectories (ASBS and the cost policy, with and without KV pressure): {demo.policy_plot}")
     return demo
 
 
@@ -210,4 +221,44 @@ def _kind_counts(prompts: list[rp.Prompt]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in prompts:
         out[p.kind] = out.get(p.kind, 0) + 1
+    return out
+
+
+POLICY_PLOT = "real_policy_trajectories.png"
+
+
+def pressure_pool(prompts: list[rp.Prompt], n_new: int, binding: rp.Binding) -> int:
+    """A KV pool (pages) of about 60% of what the prompts need at once: pressure, and evictions
+    when they all run in one batch; never less than the largest request needs."""
+    need = [-(-(len(p.data) + n_new + binding.headroom + 1) // binding.pool_page_size) for p in prompts]
+    return max(max(need), (6 * sum(need)) // 10)
+
+
+def policy_trajectories(run, compiled, weights: dict, binding: rp.Binding, prompts: list[rp.Prompt], n_new: int,
+                        variants: dict[str, dict] | None = None) -> dict[str, list[rp.Speculation]]:
+    """Each variant's speculation per prompt, all prompts in one launch (`run(params, inputs)`) of
+    `compiled` (the pair's pipeline). Default variants: ASBS and the cost policy at the pipeline's
+    default costs, each with the binding's pool and with a small one (pressure_pool; when the
+    binding names the pool's parameter). A variant's committed tokens must equal the first's
+    (RealPairError if not: speculation never changes the answer)."""
+    if variants is None:
+        variants = {"ASBS": binding.params("speculative"), "cost policy": binding.params("cost")}
+        if binding.pool_param:
+            pages = pressure_pool(prompts, n_new, binding)
+            small = {binding.pool_param: pages}
+            variants = {"ASBS": variants["ASBS"], f"ASBS, {pages}-page pool": {**variants["ASBS"], **small},
+                        "cost policy": variants["cost policy"],
+                        f"cost policy, {pages}-page pool": {**variants["cost policy"], **small}}
+    inputs = rp.request_inputs(prompts, n_new, binding)
+    out: dict[str, list[rp.Speculation]] = {}
+    first = None
+    for name, params in variants.items():
+        result = run(rp.launch_params(compiled.sim_module(), weights, params), inputs)
+        summary = rp.summarise(compiled.program, result, prompts, n_new, None, binding)
+        if first is None:
+            first = summary.answers
+        elif summary.answers != first:
+            bad = [p.name for p, a, b in zip(prompts, summary.answers, first) if a != b]
+            raise rp.RealPairError(f"{name}: the answers of {', '.join(bad)} differ from {next(iter(variants))}'s")
+        out[name] = summary.speculation
     return out

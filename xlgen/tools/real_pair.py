@@ -94,16 +94,32 @@ class Binding:
     block: str  # traced at verify_stage: the block size chosen
     proposed: str | None = None  # traced at verify_stage (when it is): drafted tokens of the step
     proposed_total: str | None = None  # request field: drafted tokens in all
+    cost: dict = field(default_factory=dict)  # launch parameters of the cost policy (none: no such policy)
+    block_costs: dict = field(default_factory=dict)  # block size -> the launch parameter of a step's cost at it
+    pool_param: str | None = None  # the launch parameter of the KV pool's size, in pages
+    pool_page_size: int = 16  # tokens per page of that pool
 
     def params(self, mode: str, block: int = 0) -> dict:
-        """Launch parameters of `mode`: "plain", "speculative" (ASBS), or "fixed" (block > 0)."""
+        """Launch parameters of `mode`: "plain", "speculative" (ASBS), "cost" (the cost policy, at
+        its default costs: add cost_params), or "fixed" (block > 0)."""
         if mode == "plain":
             return {**self.every, **self.plain}
         if mode == "speculative":
             return {**self.every, **self.speculative}
+        if mode == "cost" and self.cost:
+            return {**self.every, **self.cost}
         if mode == "fixed" and block > 0:
             return {**self.every, **self.speculative, self.block_param: block}
-        raise ValueError(f"mode {mode!r} (block {block}): plain, speculative, or fixed with a block >= 1")
+        raise ValueError(f"mode {mode!r} (block {block}): plain, speculative, cost (when the binding has it), or "
+                         "fixed with a block >= 1")
+
+    def cost_params(self, costs: dict[int, float]) -> dict:
+        """The cost policy's launch parameters for `costs` (block size -> cost of a step)."""
+        unknown = sorted(set(costs) - set(self.block_costs))
+        if unknown:
+            raise RealPairError(f"costs for block sizes {unknown}: the binding's cost policy takes "
+                                f"{sorted(self.block_costs)}")
+        return {self.block_costs[b]: float(c) for b, c in costs.items()}
 
     def pipeline_path(self) -> Path:
         path = Path(self.pipeline)
@@ -121,7 +137,10 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
                        speculative=dict(launch["speculative"]), block_param=str(launch["block_param"]),
                        verify_stage=str(verify["stage"]), accepted=str(verify["accepted"]),
                        block=str(verify["block"]), proposed=verify.get("proposed"),
-                       proposed_total=verify.get("proposed_total"))
+                       proposed_total=verify.get("proposed_total"), cost=dict(launch.get("cost", {})),
+                       block_costs={int(b): str(n) for b, n in launch.get("block_costs", {}).items()},
+                       pool_param=launch.get("pool", {}).get("param"),
+                       pool_page_size=int(launch.get("pool", {}).get("tokens_per_page", 16)))
     except (KeyError, TypeError, ValueError) as exc:
         what = f"no key {exc}" if isinstance(exc, KeyError) else f"a value of the wrong kind ({exc})"
         raise RealPairError(f"{source}: not a binding of the pair to a pipeline ({what}); restore "
@@ -150,7 +169,8 @@ def check_binding(program, binding: Binding) -> None:
     fields = {f.name for f in program.request_fields}
     params = {p.name for p in program.params}
     problems = [f"request field '{n}'" for n in (binding.tokens, binding.length, binding.new_tokens) if n not in fields]
-    launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1}
+    launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1, **binding.cost,
+              **{name: 1 for name in binding.block_costs.values()}, **({binding.pool_param: 1} if binding.pool_param else {})}
     problems += [f"launch parameter '{n}'" for n in launch if n not in params]
     trace = next((t for t in program.traces if t.stage == binding.verify_stage), None)
     if trace is None:
@@ -334,6 +354,15 @@ def launch_params(module, weights: dict[str, np.ndarray] | None = None, params: 
     if unknown:
         raise RealPairError(f"launch parameter(s) {', '.join(unknown)}: the pipeline has no such parameter "
                             f"(it has: {', '.join(types)})")
+    if any(isinstance(v, str) for v in params.values()):  # an enum parameter by member name
+        from .workload import _Invalid, check_value, param_types
+
+        kinds = param_types(module)
+        for name, value in params.items():
+            try:
+                params[name] = check_value(value, kinds[name]) if isinstance(value, str) else value
+            except _Invalid as exc:
+                raise RealPairError(f"launch parameter {name} = {value!r}: {exc}") from None
     out.update(params)
     return out
 
@@ -615,6 +644,55 @@ def plot_block_sizes(rows: list[Speculation], path: str | Path, title: str = "")
     ensure_directory(path.parent)
     try:
         write_with(path, fig.savefig)  # atomically, never through a link
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_policy_trajectories(variants: dict[str, list[Speculation]], path: str | Path, title: str = "") -> Path:
+    """Block-size trajectories side by side: a column per variant (e.g. ASBS and the cost policy,
+    each with and without KV pressure), a row per prompt (the same prompts in every variant,
+    coloured by kind); B = 0 is a plain step (the cost policy's). A PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(variants)
+    if not names or not variants[names[0]]:
+        raise RealPairError("no trajectories to plot")
+    prompts = [(r.name, r.kind) for r in variants[names[0]]]
+    fig, axes = plt.subplots(len(prompts), len(names), figsize=(2.6 * len(names) + 0.8, 0.5 + 1.05 * len(prompts)),
+                             dpi=110, sharex=True, sharey=True, squeeze=False)
+    steps_max = max(len(r.blocks) for rows in variants.values() for r in rows)
+    kinds = list(dict.fromkeys(k for _, k in prompts))
+    for col, name in enumerate(names):
+        axes[0, col].set_title(name, fontsize=8.5)
+        for row, r in enumerate(variants[name]):
+            ax = axes[row, col]
+            colour = KIND_COLOURS.get(r.kind) or f"C{(3 + kinds.index(r.kind)) % 10}"
+            steps = np.arange(1, len(r.blocks) + 1)
+            ax.step(steps, r.blocks, where="post", color=colour, linewidth=1.2)
+            ax.fill_between(steps, r.blocks, step="post", color=colour, alpha=0.15)
+            ax.set_xlim(1, max(steps_max, 2))
+            ax.set_ylim(-0.3, 8.8)
+            ax.set_yticks([0, 1, 2, 4, 8])
+            ax.tick_params(labelsize=6.5)
+            ax.grid(alpha=0.3)
+            ax.text(0.98, 0.93, f"{r.tokens_per_step:.2f} tok/step, acc. {_pct(r.acceptance)}", transform=ax.transAxes,
+                    fontsize=6.3, ha="right", va="top")
+            if col == 0:
+                ax.set_ylabel(f"{r.name}\n({r.kind})", fontsize=7, color=colour)
+    for ax in axes[-1]:
+        ax.set_xlabel("verify step", fontsize=7.5)
+    fig.suptitle(title or "Block size chosen per verify step (0: a plain step, no draft)", fontsize=9.5)
+    fig.tight_layout()
+    from ..core.files import ensure_directory, write_with
+
+    path = Path(path)
+    ensure_directory(path.parent)
+    try:
+        write_with(path, fig.savefig)
     finally:
         plt.close(fig)
     return path
