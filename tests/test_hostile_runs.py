@@ -291,7 +291,7 @@ def test_sweep_at_an_address_that_is_not_ray(root, monkeypatch, reply):
     import socket
     import threading
 
-    from xlgen.tools import sweep as engine
+    from xlgen.tools.measure import sweep as engine
 
     _needs_ray()
     monkeypatch.setattr(engine, "RAY_CONNECT_SECONDS", 1.0)

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 import click
 from ..tools.progress import progress_bar
-from ..tools import tool_options as tools
-from ..tools.tool_options import INVARIANTS_OPTION, report_options
+from ..tools.pipeline import tool_options as tools
+from ..tools.pipeline.tool_options import INVARIANTS_OPTION, report_options
 from .group import BACKENDS, SourceFile, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
 from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _json_doc, _json_results, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
 
@@ -47,7 +47,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     """
     import numpy as np
 
-    from ..tools.diff import describe_record
+    from ..tools.check.diff import describe_record
     from ..runtime import sim as engine
     from ..semantics.ops import ERR_WATCHDOG
     from ..runtime.sim import KIND_DONE, KIND_ERROR
@@ -91,7 +91,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     tools.produce(compiled, module, workload, result, want)
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["runs"].append(results.run_entry(compiled, module, workload, result))
@@ -132,7 +132,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     but a request failed (docs/workloads.md, "Exit codes"). --json FILE writes every
     backend's results and the comparisons as data (docs/results_json.md).
     """
-    from ..tools.diff import committed_output_fields, compare, compare_results
+    from ..tools.check.diff import committed_output_fields, compare, compare_results
 
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if backends is None:
@@ -156,7 +156,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     observer = checker.observer if checker is not None and checker.per_round else None
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
     reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout, observer=observer)
@@ -264,7 +264,7 @@ def _json_run(compiled, module, workload, result) -> None:
     """With --json: the pipeline, the workload and this run."""
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["runs"].append(results.run_entry(compiled, module, workload, result))
@@ -304,7 +304,7 @@ def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
     """
     from click.core import ParameterSource
 
-    from ..tools.workload import WorkloadError
+    from ..tools.pipeline.workload import WorkloadError
 
     ctx = click.get_current_context()
     if use_gpu:
@@ -327,7 +327,7 @@ def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
     for name in ("prompt_selection", "n_new"):
         if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
             raise click.UsageError(f"--{'prompts' if name == 'prompt_selection' else 'new-tokens'} goes with --real")
-    from ..tools.demo import run_demo
+    from ..tools.demo.standard import run_demo
 
     try:
         agreed = run_demo(out_dir, workload_name, use_gpu)
@@ -365,7 +365,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     the report, the reference run's per-request results and every metric as data
     (schema xlgen.result/1, docs/results_json.md; the report itself under "bench").
     """
-    from ..tools.bench import run_bench
+    from ..tools.measure.bench import run_bench
     from ..core.files import write_atomically
     from ..runtime import gpu
 
@@ -374,7 +374,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
-        from ..tools.multigpu import bench_sharded
+        from ..tools.measure.multigpu import bench_sharded
 
         report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
                           address)
@@ -405,7 +405,7 @@ def _json_bench(compiled, module, workload, report, result) -> None:
     """With --json: the bench report (every variant's timings, the metrics) and the reference run."""
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["bench"] = report.to_json()

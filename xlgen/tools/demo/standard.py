@@ -16,14 +16,14 @@ import click
 
 
 def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None) -> bool:
-    from ..backends.build import load
-    from .companion import Run, Unavailable, of_program, params_by_name
-    from .diff import compare
-    from .metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
-    from ..core.files import output_directory, write_with
-    from ..core.resources import data_dir
-    from ..runtime import cpu, sim
-    from .workload import load as load_workload, resolve
+    from ...backends.build import load
+    from ..pipeline.companion import Run, Unavailable, of_program, params_by_name
+    from ..check.diff import compare
+    from ..pipeline.metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
+    from ...core.files import output_directory, write_with
+    from ...core.resources import data_dir
+    from ...runtime import cpu, sim
+    from ..pipeline.workload import load as load_workload, resolve
 
     source = data_dir("stages") / "xl_spec.xl"
     compiled = load(source)
@@ -38,7 +38,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     click.echo(f"workload {workload.name}: {n} requests, batch capacity {workload.config.max_active}")
 
     if use_gpu is None:
-        from ..runtime import gpu
+        from ...runtime import gpu
 
         use_gpu = gpu.available()
     backends = ["cpu"] + (["gpu"] if use_gpu else [])
@@ -46,7 +46,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     agreed = True
     results = {}
     written = []
-    from .progress import progress_bar
+    from ..progress import progress_bar
 
     with progress_bar(steps, "working", show_eta=False) as bar:
         last = [0]
@@ -64,7 +64,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
             if backend == "cpu":
                 results[backend] = cpu.run(compiled, workload.params, workload.inputs, workload.config)
             else:
-                from ..runtime import gpu
+                from ...runtime import gpu
 
                 results[backend] = gpu.run(compiled, workload.params, workload.inputs, workload.config)
             results[backend].extra["seconds"] = time.perf_counter() - t0

@@ -184,8 +184,8 @@ class Run:
 
 def params_by_name(module, overrides=None) -> dict:
     """Launch parameters by .xl name: the declared defaults with `overrides` (a workload's params)."""
-    from ..backends.names import py
-    from ..runtime.sim import make_params
+    from ...backends.names import py
+    from ...runtime.sim import make_params
 
     p = overrides if isinstance(overrides, module.Params) else make_params(module, overrides)
     return {name: getattr(p, py(name)) for name in module.Params.TYPES}
