@@ -17,7 +17,7 @@ pair's binding file, models/bytes_pair/pipeline.json (`Binding`).
 - a run's speculation per request, from its traces: accepted prefix and block size per
   verify step, tokens per verify round; per prompt kind; the block-size plot.
 
-Pure Python and NumPy: nothing here runs a pipeline (xlgen/tools/demo/standard/standard.py and
+Pure Python and NumPy: nothing here runs a pipeline (real_demo.py and
 scripts/real_bench.py do).
 """
 

@@ -8,7 +8,8 @@ through the same mechanism as any pipeline's companion (xlgen/tools/pipeline/com
   --plot kv=PATH`, also `--kv-report --kv-plot PATH`; docs/kv_cache.md);
 - the plain-decoding reference: greedy decoding with the target model alone, what
   speculative decoding must reproduce token for token (`greedy_tokens`);
-- the block-size plot of `xlgen demo` (`block_sizes`).
+- the block-size plot of `xlgen demo` (`block_sizes`), and the demo itself (`asbs`): the
+  standard demo on a mixed workload.
 
 Usable on its own too: `tools = xlgen.companion.load("stages/xl_spec_tools.py").module`.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xlgen.tools.pipeline.companion import Unavailable, invariant, metrics, plot, reference, report
+from xlgen.companion import Unavailable, demo, invariant, metrics, plot, reference, report
 from xlgen.semantics.builtins import b_target_token
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR
 
@@ -529,3 +530,10 @@ def block_sizes(run, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@demo
+def asbs(ctx, workload: str = "mixed") -> bool:
+    """`xlgen demo`: the pipeline end to end on `workload`: simulated, the CPU build (and the GPU)
+    diff-tested against the simulator, the metrics by acceptance profile, every plot above."""
+    return ctx.standard(workload)

@@ -2,7 +2,7 @@
 (`companion "token_budget_tools.py"`; the API: xlgen/tools/pipeline/companion.py, docs/language.md).
 """
 
-from xlgen.tools.pipeline.companion import invariant, metrics, reference, report
+from xlgen.companion import invariant, metrics, reference, report
 from xlgen.semantics.builtins import b_hash_u32
 
 

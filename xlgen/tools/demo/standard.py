@@ -1,10 +1,11 @@
-"""`xlgen demo`: the bundled pipeline end to end, in one command.
+"""The standard demo: a pipeline end to end, in one command (`Demo.standard`, what the
+bundled pipeline's `@demo` runs).
 
-Builds stages/xl_spec.xl, simulates a mixed workload, diff-tests the CPU build
-(and the GPU when present) against the simulator, prints the metrics the
-pipeline declares (by group, e.g. per request class) and writes every plot
-its companion module registers. Nothing here knows the bundled pipeline: it is
-what `xlgen demo` shows of any pipeline with declarations and a companion.
+Builds the pipeline, simulates a workload, diff-tests the CPU build (and the GPU when
+present) against the simulator, prints the metrics the pipeline declares (by group, e.g.
+per request class) and writes every plot its companion module registers. Nothing here
+knows the bundled pipeline: it is what it shows of any pipeline with declarations and a
+companion.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ from pathlib import Path
 import click
 
 
-def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None) -> bool:
+def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None, *, source: Path,
+             compiled=None) -> bool:
     from ...backends.build import load
     from ..pipeline.companion import Run, Unavailable, of_program, params_by_name
     from ..check.diff import compare
     from ..pipeline.metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
     from ...core.files import output_directory, write_with
-    from ...core.resources import data_dir
     from ...runtime import cpu, sim
     from ..pipeline.workload import load as load_workload, resolve
 
-    source = data_dir("stages") / "xl_spec.xl"
-    compiled = load(source)
+    compiled = compiled if compiled is not None else load(source)
     module = compiled.sim_module()
     workload = load_workload(resolve(workload_name), module)
     companion = of_program(compiled.program)
