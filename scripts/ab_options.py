@@ -11,7 +11,7 @@ import sys
 
 from xlgen.backends.build import load
 from xlgen.runtime import gpu
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 OPTIONS = sys.argv[1:] or [""]
 compiled = load("stages/xl_spec.xl")

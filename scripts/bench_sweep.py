@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from xlgen.tools.bench import run_bench
-from xlgen.tools.companion import Run, load as load_companion, params_by_name
-from xlgen.tools.metrics import timing_metrics
+from xlgen.tools.measure.bench import run_bench
+from xlgen.tools.pipeline.companion import Run, load as load_companion, params_by_name
+from xlgen.tools.pipeline.metrics import timing_metrics
 from xlgen.backends.build import load, load_text
 from xlgen.runtime import gpu
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 OUT = Path(os.environ.get("OUT", "bench-out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ w = workload(32, gamma=8)
 fig, ax = plt.subplots(figsize=(6, 4))
 for mode in ("deterministic", "host-loop", "graph"):
     r = gpu.run(compiled, w.params, w.inputs, w.config, mode=mode)
-    from xlgen.tools.metrics import trace_series
+    from xlgen.tools.pipeline.metrics import trace_series
 
     commits = trace_series(compiled.program, r, "commit", "n_out")
     stamps = r.extra["round_end_ns"]
@@ -279,7 +279,7 @@ fig.savefig(OUT / "itl_by_variant.png", dpi=110)
 plt.close(fig)
 
 # Block-size trajectories (ASBS), from a mixed-profile batch.
-from xlgen.tools.workload import load as load_workload  # noqa: E402
+from xlgen.tools.pipeline.workload import load as load_workload  # noqa: E402
 
 mixed = load_workload("workloads/mixed.json", module)
 TOOLS.block_sizes(Run(compiled.program, gpu.run(compiled, mixed.params, mixed.inputs, mixed.config),

@@ -12,7 +12,7 @@ import numpy as np
 from xlgen.backends.build import load
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import KIND_ERROR
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 REPEATS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 FIELDS = ["n_out", "token_limit", "state", "iterations", "kv_held", "kv_ready", "kv_misses", "kv_waits",

@@ -1,4 +1,4 @@
-"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/tools/fuzzgen/),
+"""Differential fuzzing at scale: the programs of tests/test_fuzz_backends.py (xlgen/tools/check/fuzzgen/),
 simulator against the CPU build, over a range of seeds, one process per core.
 
     python3 scripts/fuzz_many.py FIRST COUNT result.json      # e.g. 0 10000; JOBS=N to set the processes
@@ -8,7 +8,7 @@ simulator against the CPU build, over a range of seeds, one process per core.
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
-Reproduce one: `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`.
+Reproduce one: `python -c "from xlgen.tools.check.fuzzgen import generate; print(generate(SEED).source)"`.
 """
 
 import json
@@ -24,7 +24,7 @@ from multiprocessing import Pool
 def one(seed: int):
     """(seed, None, has pools) when the simulator and the CPU build agree on every launch; else
     (seed, what failed, has pools)."""
-    from xlgen.tools.fuzzgen import generate, run_case
+    from xlgen.tools.check.fuzzgen import generate, run_case
 
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache

@@ -18,10 +18,10 @@ import sys
 import time
 
 from xlgen.backends.build import load, load_text
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import KIND_DONE, LaunchConfig
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 results = {}
 T0 = time.time()

@@ -4,9 +4,9 @@ import sys
 import time
 
 from xlgen.backends.build import load
-from xlgen.tools.diff import committed_output_fields, compare, compare_results
+from xlgen.tools.check.diff import committed_output_fields, compare, compare_results
 from xlgen.runtime import gpu, sim
-from xlgen.tools.workload import load as load_workload
+from xlgen.tools.pipeline.workload import load as load_workload
 
 t0 = time.time()
 compiled = load("stages/xl_spec.xl")

@@ -47,7 +47,10 @@ def child(which: str) -> None:
                   for _ in range(GEMV_REQUESTS)]
         gpu.run(compiled, {"w": w}, inputs, sim.LaunchConfig(max_active=GEMV_REQUESTS))
         return
-    from xlgen.tools import real_pair as rp
+    from xlgen.companion import load as load_companion
+    from xlgen.core.resources import data_dir
+
+    rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
 
     binding = rp.load_binding()
     prompts = rp.select_prompts(rp.load_prompts(), REAL_PROMPT)
@@ -62,7 +65,10 @@ def real_macs() -> int:
     matmuls (4 layers of q, k, v, o: 4 x 128 x 128; up and down: 2 x 512 x 128) + the LM head
     (256 x 128) + attention over the context (scores and weighted sum: 2 x 128 per earlier
     position per layer)."""
-    from xlgen.tools import real_pair as rp
+    from xlgen.companion import load as load_companion
+    from xlgen.core.resources import data_dir
+
+    rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
 
     prompt = rp.select_prompts(rp.load_prompts(), REAL_PROMPT)[0]
     n = len(prompt.data)

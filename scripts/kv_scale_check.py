@@ -13,10 +13,10 @@ import sys
 import time
 
 from xlgen.backends.build import load
-from xlgen.tools.diff import compare
-from xlgen.tools.companion import load as load_companion
+from xlgen.tools.check.diff import compare
+from xlgen.tools.pipeline.companion import load as load_companion
 from xlgen.runtime import cpu, sim
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()

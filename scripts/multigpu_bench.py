@@ -7,7 +7,7 @@
 For each KV setting: a warm-up on every GPU, then `--repeats` runs of the whole
 workload on one GPU and `--repeats` runs sharded over all of them (round-robin by
 request id, a mega-kernel and a KV pool per GPU), through the same Ray actors
-(xlgen.tools.multigpu.bench_sharded). Committed tokens of the sharded run are compared
+(xlgen.tools.measure.multigpu.bench_sharded). Committed tokens of the sharded run are compared
 with the 1-GPU run's and with plain greedy decoding's for every request. The
 requests are generated like workloads/mixed.json (every acceptance profile,
 prompts of 16-128 tokens, 64/128/256 new tokens), each with its own seed.
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from xlgen.backends.build import load  # noqa: E402
-from xlgen.tools.multigpu import ShardPool, bench_sharded  # noqa: E402
-from xlgen.tools.workload import from_dict  # noqa: E402
+from xlgen.tools.measure.multigpu import ShardPool, bench_sharded  # noqa: E402
+from xlgen.tools.pipeline.workload import from_dict  # noqa: E402
 
 
 def workload(module, count: int, max_active: int, kv_cache: bool):

@@ -42,8 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     from xlgen.backends.build import load
     from xlgen.runtime import cpu, sim
     from xlgen.runtime.sim import LaunchConfig
-    from xlgen.tools import real_pair as rp
-    from xlgen.tools.real_demo import policy_trajectories, pressure_pool
+    from xlgen.companion import load as load_companion
+
+    tools = load_companion(ROOT / "stages" / "byte_spec_tools.py")  # the real pair's code, beside its pipeline
+    rp = tools.beside("real_pair")
+    policy_trajectories, pressure_pool = (getattr(tools.beside("real_demo"), name)
+                                          for name in ("policy_trajectories", "pressure_pool"))
 
     binding = rp.load_binding()
     held = rp.load_prompts(rp.pair_dir() / "heldout_prompts.json")

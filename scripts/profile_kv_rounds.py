@@ -21,7 +21,7 @@ import numpy as np
 
 from xlgen.backends.build import load
 from xlgen.runtime import gpu
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 PHASES = sys.argv[1:] == ["phases"]
 if PHASES:

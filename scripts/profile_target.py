@@ -9,7 +9,7 @@ import sys
 
 from xlgen.backends.build import load
 from xlgen.runtime import gpu
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 compiled = load("stages/xl_spec.xl")
 w = from_dict({"seed": 32, "launch": {"max_active": 32, "max_rounds": 100000}, "params": {"fixed_block": 8, "kv_cache": sys.argv[1:] == ["kv"], "pool_pages": 256},

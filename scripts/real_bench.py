@@ -72,7 +72,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # torch_baselines (imported only when torch runs)
 
-from xlgen.tools import real_pair as rp  # noqa: E402
+from xlgen.companion import load as load_companion  # noqa: E402
+from xlgen.core.resources import data_dir  # noqa: E402
+
+# The real pair's code, beside byte_spec.xl's companion (stages/real_pair.py)
+rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
 
 TORCH_MODES = ("eager_kv", "graph_kv", "graph_kv_loop", "compile_kv")
 POLICIES = ("asbs", "cost", "fixed")  # mega-kernel variants beside plain greedy (--policies)

@@ -15,7 +15,11 @@ import numpy as np
 from xlgen.backends.build import load
 from xlgen.runtime import gpu
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools import real_pair as rp
+from xlgen.companion import load as load_companion
+from xlgen.core.resources import data_dir
+
+# The real pair's code, beside byte_spec.xl's companion (stages/real_pair.py)
+rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
 
 team = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 binding = rp.load_binding()

@@ -16,10 +16,10 @@ import sys
 import cupy
 
 from xlgen.backends.build import load, load_text
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 args = sys.argv[1:]
 baselines = "--baselines" in args

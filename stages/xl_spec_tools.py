@@ -1,6 +1,6 @@
 """The bundled pipeline's companion (`companion "xl_spec_tools.py"` in xl_spec.xl): what
 speculative decoding with a paged KV cache needs beyond the language, loaded by the tools
-through the same mechanism as any pipeline's companion (xlgen/tools/companion.py).
+through the same mechanism as any pipeline's companion (xlgen/tools/pipeline/companion.py).
 
 - the KV cache's invariants (design.md section 6), checked after every round and after
   the run: `check_pool`, `check_final`, `PoolObserver`, `assert_invariants`;
@@ -8,7 +8,8 @@ through the same mechanism as any pipeline's companion (xlgen/tools/companion.py
   --plot kv=PATH`, also `--kv-report --kv-plot PATH`; docs/kv_cache.md);
 - the plain-decoding reference: greedy decoding with the target model alone, what
   speculative decoding must reproduce token for token (`greedy_tokens`);
-- the block-size plot of `xlgen demo` (`block_sizes`).
+- the block-size plot of `xlgen demo` (`block_sizes`), and the demo itself (`asbs`): the
+  standard demo on a mixed workload.
 
 Usable on its own too: `tools = xlgen.companion.load("stages/xl_spec_tools.py").module`.
 """
@@ -20,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xlgen.tools.companion import Unavailable, invariant, metrics, plot, reference, report
+from xlgen.companion import Unavailable, demo, invariant, metrics, plot, reference, report
 from xlgen.semantics.builtins import b_target_token
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR
 
 # Request fields that hold another request's id (prefix grafting): `xlgen run --gpus N` keeps
-# linked requests on one GPU and renumbers these values with the requests (xlgen/tools/multigpu.py).
+# linked requests on one GPU and renumbers these values with the requests (xlgen/tools/measure/multigpu.py).
 REQUEST_ID_FIELDS = ("graft_source_id",)
 
 FREE, DRAFT, COMMITTED = 0, 1, 2  # enum PageKind (kv_state.xl)
@@ -264,7 +265,7 @@ class Residency:
 
 
 def _series(program, result, field):
-    from xlgen.tools.metrics import trace_series
+    from xlgen.tools.pipeline.metrics import trace_series
 
     return trace_series(program, result, KV_STAGE, field)
 
@@ -529,3 +530,10 @@ def block_sizes(run, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@demo
+def asbs(ctx, workload: str = "mixed") -> bool:
+    """`xlgen demo`: the pipeline end to end on `workload`: simulated, the CPU build (and the GPU)
+    diff-tested against the simulator, the metrics by acceptance profile, every plot above."""
+    return ctx.standard(workload)

@@ -15,7 +15,7 @@ from xlgen.backends.build import build_pipeline, load, render
 from xlgen.frontend.checker import load_program
 from xlgen.cli import main
 from xlgen.core.resources import runtime_dir
-from xlgen.tools.testing import BackendMismatch, assert_backends_agree
+from xlgen.tools.check.testing import BackendMismatch, assert_backends_agree
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = "stages/xl_spec.xl"

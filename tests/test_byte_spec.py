@@ -19,7 +19,7 @@ import pytest
 from xlgen.backends.build import load
 from xlgen.runtime import cpu, sim
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / "stages" / "byte_spec.xl"

@@ -14,8 +14,8 @@ import pytest
 
 from test_semantics_backends import run_on as run_in_both
 from xlgen.backends.build import load_text
-from xlgen.tools.diff import compare_results
-from xlgen.tools.fuzzgen import backends
+from xlgen.tools.check.diff import compare_results
+from xlgen.tools.check.fuzzgen import backends
 from xlgen.runtime import sim
 from xlgen.semantics.ops import ERR_CONFLICT, ERR_INDEX, collective, total_order_key
 from xlgen.runtime.sim import KIND_ERROR, REC_HEADER

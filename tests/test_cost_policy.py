@@ -17,8 +17,8 @@ import pytest
 from xlgen.backends.build import load
 from xlgen.runtime import cpu, sim
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools.diff import compare
-from xlgen.tools.metrics import trace_series
+from xlgen.tools.check.diff import compare
+from xlgen.tools.pipeline.metrics import trace_series
 
 from test_byte_spec import ALL_PROMPTS, PROMPTS, answers, compiled, plain, request, run, weights
 
@@ -168,7 +168,7 @@ def xl_spec():
 
 
 def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
-    from xlgen.tools.workload import load as load_workload
+    from xlgen.tools.pipeline.workload import load as load_workload
 
     for workload, costs in (("mixed", SWITCHING), ("kv_pressure", CHEAP_VERIFY)):
         w = load_workload(f"workloads/{workload}.json", xl_spec.sim_module())

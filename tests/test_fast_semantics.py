@@ -13,11 +13,11 @@ import pytest
 
 from test_kv_cache import KV_ON, SCENARIOS, _check_tokens
 from xlgen.backends.build import load, load_text
-from xlgen.tools.diff import compare_results
+from xlgen.tools.check.diff import compare_results
 from xlgen.runtime import sim
 from xlgen.runtime.sim import KIND_DONE, LaunchConfig
-from xlgen.tools.workload import from_dict
-from xlgen.tools.companion import load as load_companion
+from xlgen.tools.pipeline.workload import from_dict
+from xlgen.tools.pipeline.companion import load as load_companion
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module

@@ -1,6 +1,6 @@
 """Differential fuzzing of the compiler (the technique Csmith made standard).
 
-Random well-typed pipelines (xlgen/tools/fuzzgen/) run on the simulator and on
+Random well-typed pipelines (xlgen/tools/check/fuzzgen/) run on the simulator and on
 every other backend with random inputs, params and launch settings; traces,
 done and error records and the final state must agree bit for bit.
 
@@ -9,7 +9,7 @@ done and error records and the final state must agree bit for bit.
     XLGEN_FUZZ_SEED=100000 pytest tests/test_fuzz_backends.py       # other programs
 
 A failure prints the program (with line numbers), the launch and the first
-divergence; `python -c "from xlgen.tools.fuzzgen import generate; print(generate(SEED).source)"`
+divergence; `python -c "from xlgen.tools.check.fuzzgen import generate; print(generate(SEED).source)"`
 reproduces it. Each program costs one C++ compile, so each runs several
 launches, and the compiles of the next programs run in the background.
 """
@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from xlgen.core.diagnostics import CompileError
-from xlgen.tools.fuzzgen import backends, generate, programs, run_case
+from xlgen.tools.check.fuzzgen import backends, generate, programs, run_case
 
 EXAMPLES = int(os.environ.get("XLGEN_FUZZ_EXAMPLES", "40"))
 FIRST_SEED = int(os.environ.get("XLGEN_FUZZ_SEED", "0"))
@@ -195,8 +195,8 @@ def test_schedule_free_programs_do_not_depend_on_the_schedule():
     program's records and final state are the same under different worker counts and schedules."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import sim
-    from xlgen.tools.diff import compare
-    from xlgen.tools.fuzzgen.run import schedule_free
+    from xlgen.tools.check.diff import compare
+    from xlgen.tools.check.fuzzgen.run import schedule_free
 
     for seed in FAST_SEEDS[:12]:
         case = generate(seed, schedule_free=True)

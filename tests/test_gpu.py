@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from xlgen.backends.build import load, load_text
-from xlgen.tools.diff import committed_output_fields, compare, compare_results
+from xlgen.tools.check.diff import committed_output_fields, compare, compare_results
 from xlgen.runtime import sim
 from xlgen.semantics.ops import ERR_WATCHDOG
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from xlgen.frontend.checker import load_program
 from xlgen.cli import main
-from xlgen.tools.graph import to_dot
+from xlgen.tools.pipeline.graph import to_dot
 
 
 def test_bundled_state_machine_edges(monkeypatch):

@@ -291,7 +291,7 @@ def test_sweep_at_an_address_that_is_not_ray(root, monkeypatch, reply):
     import socket
     import threading
 
-    from xlgen.tools import sweep as engine
+    from xlgen.tools.measure import sweep as engine
 
     _needs_ray()
     monkeypatch.setattr(engine, "RAY_CONNECT_SECONDS", 1.0)
@@ -413,7 +413,9 @@ BROKEN_MODELS = {
 
 @pytest.mark.parametrize("how", sorted(BROKEN_MODELS))
 def test_demo_real_with_a_broken_models_folder(root, monkeypatch, how):
-    import xlgen.tools.real_pair as rp
+    from xlgen.companion import load as load_companion
+
+    rp = load_companion(REPO / "stages" / "byte_spec_tools.py").beside("real_pair")
 
     models = _broken_models(root, how)
     monkeypatch.setattr(rp, "models_dir", lambda: models)

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from xlgen.backends.build import load
 from xlgen.cli import EXIT_REQUESTS_FAILED, main
-from xlgen.tools.metrics import run_counts, slot_utilisation
+from xlgen.tools.pipeline.metrics import run_counts, slot_utilisation
 from xlgen.runtime import cpu, sim
 from xlgen.semantics.ops import ERR_WATCHDOG
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, LaunchConfig
-from xlgen.tools.workload import WorkloadError, from_dict, load as load_workload, resolve
+from xlgen.tools.pipeline.workload import WorkloadError, from_dict, load as load_workload, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 PIPE = REPO / "tests" / "cli_inputs" / "inputs.xl"
@@ -133,7 +133,7 @@ def test_the_largest_launch_values_agree_between_backends(compiled, module):
 
 
 def test_the_request_count_is_checked_against_memory(module):
-    from xlgen.tools.workload import bytes_per_request, check_request_count
+    from xlgen.tools.pipeline.workload import bytes_per_request, check_request_count
 
     check_request_count(1000, module)
     with pytest.raises(WorkloadError, match=r"2000000000 requests need about 1\.\d TiB of memory before the run "
@@ -278,7 +278,7 @@ def test_param_types_without_the_ir_are_the_irs():
     (enums included) are read from the module itself, and agree with the IR's."""
     import types
 
-    from xlgen.tools.workload import param_types
+    from xlgen.tools.pipeline.workload import param_types
 
     for source in (PIPE, REPO / "tests" / "programs" / "enums_flags.xl"):
         module = load(source).sim_module()

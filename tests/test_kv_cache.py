@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from xlgen.backends.build import load
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.tools.workload import from_dict
-from xlgen.tools.companion import load as load_companion
+from xlgen.tools.pipeline.workload import from_dict
+from xlgen.tools.pipeline.companion import load as load_companion
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
@@ -137,7 +137,7 @@ def test_an_ample_pool_never_evicts_and_always_hits(compiled):
 
 def test_kv_pressure_caps_asbs_blocks(compiled):
     """All-accept requests converge to B = 8, except while the pool is over 85% full."""
-    from xlgen.tools.metrics import trace_series
+    from xlgen.tools.pipeline.metrics import trace_series
 
     inputs = _inputs(compiled.sim_module(), 16, (1.0, 1.0), prompt=(60, 64), out=(100, 120),
                      profile={"cycle": ["CONSTANT"]})

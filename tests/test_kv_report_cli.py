@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from xlgen.backends.build import load
 from xlgen.cli import main
 from xlgen.runtime import sim
-from xlgen.tools.companion import params_by_name
-from xlgen.tools.workload import load as load_workload, resolve
-from xlgen.tools.companion import load as load_companion
+from xlgen.tools.pipeline.companion import params_by_name
+from xlgen.tools.pipeline.workload import load as load_workload, resolve
+from xlgen.tools.pipeline.companion import load as load_companion
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module
@@ -219,7 +219,7 @@ def test_kv_metrics_are_the_report(compiled, pressure_run):
 
 
 def test_bench_adds_kv_metrics_only_with_kv_records(compiled, pressure_run):
-    from xlgen.tools.bench import pipeline_metrics
+    from xlgen.tools.measure.bench import pipeline_metrics
 
     w, result = pressure_run
     metrics = pipeline_metrics(compiled, w, result)  # the companion's @metrics among the declared ones
@@ -259,7 +259,7 @@ def test_the_docs_results_table_is_what_the_simulator_measures(compiled):
 # ---- fast mode's comparison on committed tokens (what xlgen bench checks for mega-fast) ---
 
 def test_committed_tokens_compare_equal_when_only_kv_bookkeeping_differs(compiled, pressure_run):
-    from xlgen.tools.diff import committed_output_fields, compare_results
+    from xlgen.tools.check.diff import committed_output_fields, compare_results
 
     w, expected = pressure_run
     got = sim.run_interleaved(compiled.sim_module(), w.params, w.inputs, w.config, seed=0)  # fast-mode semantics

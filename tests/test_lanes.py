@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from xlgen.backends.build import load_text
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 from xlgen.runtime import cpu, sim
 from xlgen.runtime.tensors import WeightsError, load_weights
 

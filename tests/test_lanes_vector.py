@@ -9,7 +9,7 @@ import pytest
 from xlgen.backends.build import load_text
 from xlgen.runtime import cpu, sim
 from xlgen.semantics import vec
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3e38, -3e38, 1e-45, -1e-45, 2.0],
                     dtype=np.float32)

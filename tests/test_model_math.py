@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from xlgen.backends.build import load
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 from xlgen.runtime import cpu, sim
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "model_math" / "ops.xl"

@@ -22,11 +22,11 @@ import pytest
 
 from xlgen.core import ir
 from xlgen.backends.build import load
-from xlgen.tools.diff import _trace_fields
+from xlgen.tools.check.diff import _trace_fields
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.semantics.ops import bits_f32, f32, f32_bits
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.tools.workload import from_dict
+from xlgen.tools.pipeline.workload import from_dict
 
 GPU_MARKS = [pytest.mark.gpu,
              pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")]

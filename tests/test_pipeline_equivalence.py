@@ -20,9 +20,9 @@ import pytest
 from xlgen.backends.build import load
 from xlgen.runtime import cpu, gpu, sim
 from xlgen.runtime.sim import KIND_DONE, KIND_ERROR, LaunchConfig
-from xlgen.tools.workload import from_dict
-from xlgen.tools.companion import load as load_companion
-from xlgen.tools.metrics import trace_series
+from xlgen.tools.pipeline.workload import from_dict
+from xlgen.tools.pipeline.companion import load as load_companion
+from xlgen.tools.pipeline.metrics import trace_series
 
 # The bundled pipeline's companion (stages/xl_spec_tools.py), loaded as every tool loads it.
 TOOLS = load_companion(Path(__file__).resolve().parent.parent / "stages" / "xl_spec_tools.py").module

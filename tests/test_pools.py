@@ -8,7 +8,7 @@ import pytest
 from xlgen.backends.build import load, load_text
 from xlgen.runtime import cpu, sim
 from xlgen.semantics.ops import ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 from test_lanes import _defined_sum  # §13.2's sum, one addition at a time
 from pathlib import Path

@@ -10,7 +10,7 @@ import pytest
 from xlgen.backends.build import load, load_text
 from xlgen.runtime import sim
 from xlgen.semantics.ops import ERR_NOT_OWNER
-from xlgen.tools.diff import compare, compare_pools, compare_results
+from xlgen.tools.check.diff import compare, compare_pools, compare_results
 
 from test_pools import INT_POOL, PROGRAM, _x
 

@@ -9,7 +9,7 @@ import pytest
 
 from xlgen.backends.build import load_text
 from xlgen.runtime import cpu, sim
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 MATVEC = """pipeline rows
 const C: i32 = 4

@@ -7,7 +7,7 @@ from xlgen.backends.build import load_text
 from xlgen.frontend.parser import parse_text
 from xlgen.frontend.printer import format_module
 from xlgen.runtime import cpu, sim
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from xlgen.tools import real_pair as rp
+from xlgen.companion import load as load_companion
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "real_pair" / "fake_byte_spec.xl"
+rp = load_companion(ROOT / "stages" / "byte_spec_tools.py").beside("real_pair")  # the real pair's code
 
 
 def _load():

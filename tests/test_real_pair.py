@@ -1,4 +1,4 @@
-"""The real model pair's tools (xlgen/tools/real_pair.py, `xlgen demo --real`): prompts to launch
+"""The real model pair's tools (stages/real_pair.py and real_demo.py, beside byte_spec.xl's companion; `xlgen demo --real`): prompts to launch
 inputs, the pair file as launch parameters, a run's answers against PyTorch's recorded tokens,
 speculation statistics and the block-size plot.
 
@@ -19,10 +19,12 @@ from xlgen.backends.build import load
 from xlgen.cli import main
 from xlgen.runtime import sim
 from xlgen.runtime.sim import LaunchConfig
-from xlgen.tools import real_pair as rp
+from xlgen.companion import load as load_companion
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "real_pair" / "fake_byte_spec.xl"
+COMPANION = load_companion(ROOT / "stages" / "byte_spec_tools.py")
+rp = COMPANION.beside("real_pair")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -272,7 +274,7 @@ def fake_reference(tmp_path, prompts, n, tweak=None) -> Path:
 
 
 def test_real_demo_flow_on_the_stand_in(tmp_path):
-    from xlgen.tools.real_demo import run_real_demo
+    run_real_demo = COMPANION.beside("real_demo").run_real_demo
 
     prompts = rp.load_prompts()
     lines = []
@@ -292,9 +294,10 @@ def test_real_demo_flow_on_the_stand_in(tmp_path):
 def test_demo_real_usage_errors():
     runner = CliRunner()
     r = runner.invoke(main, ["demo", "--real", "-w", "small"])
-    assert r.exit_code == 2 and "not a workload" in r.output
+    assert r.exit_code == 2 and "the demo of pipeline byte_spec (real_pair_demo) takes no argument 'workload'" in \
+        r.output and "its arguments: prompts='all', new_tokens=128" in r.output
     r = runner.invoke(main, ["demo", "--prompts", "code"])
-    assert r.exit_code == 2 and "--prompts goes with --real" in r.output
+    assert r.exit_code == 2 and "the demo of pipeline xl_spec (asbs) takes no argument 'prompts'" in r.output
     r = runner.invoke(main, ["demo", "--real", "--prompts", "cod", "--no-gpu"])
     assert r.exit_code == 2 and "no prompt, kind or index 'cod'" in r.output
     r = runner.invoke(main, ["demo", "--real", "-n", "400", "--no-gpu"])

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from xlgen.backends.build import load
 from xlgen.cli import main
-from xlgen.tools.metrics import run_counts, slot_utilisation
+from xlgen.tools.pipeline.metrics import run_counts, slot_utilisation
 from xlgen.runtime import sim
-from xlgen.tools.workload import from_dict, load as load_workload, resolve
+from xlgen.tools.pipeline.workload import from_dict, load as load_workload, resolve
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [
@@ -39,7 +39,7 @@ def test_gpu_counts_and_utilisation_equal_the_simulators():
 
 
 def test_bench_reports_utilisation_and_failures():
-    from xlgen.tools.bench import run_bench
+    from xlgen.tools.measure.bench import run_bench
 
     compiled = load("stages/xl_spec.xl")
     module = compiled.sim_module()

@@ -1,7 +1,7 @@
 """`--json FILE` on sim, diff, run and bench: the xlgen.result/1 document (docs/results_json.md).
 
 sim and diff run here on the CPU; run and bench write through the same writer
-(xlgen.tools.results), and the GPU-marked tests at the end cover them on a GPU.
+(xlgen.tools.measure.results), and the GPU-marked tests at the end cover them on a GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from xlgen import __version__
 from xlgen.cli import main
 from xlgen.runtime import gpu
-from xlgen.tools import results
+from xlgen.tools.measure import results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,8 +81,8 @@ def _reference_run():
     """The same run through the Python API: what the document must hold, exactly."""
     from xlgen.build import load
     from xlgen.runtime import sim
-    from xlgen.tools.metrics import collect_metrics
-    from xlgen.tools.workload import load as load_workload
+    from xlgen.tools.pipeline.metrics import collect_metrics
+    from xlgen.tools.pipeline.workload import load as load_workload
 
     compiled = load("j.xl")
     module = compiled.sim_module()

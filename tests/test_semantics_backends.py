@@ -19,8 +19,8 @@ import struct
 import pytest
 
 from xlgen.backends.build import load_text
-from xlgen.tools.diff import compare
-from xlgen.tools.fuzzgen import backends, run_backend
+from xlgen.tools.check.diff import compare
+from xlgen.tools.check.fuzzgen import backends, run_backend
 from xlgen.runtime import sim
 from xlgen.semantics.builtins import b_target_token
 from xlgen.semantics.ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_SHIFT, ERR_WATCHDOG

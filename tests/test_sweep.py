@@ -1,4 +1,4 @@
-"""`xlgen sweep` on a local Ray, and requests sharded over Ray workers (xlgen.tools.multigpu), on CPU.
+"""`xlgen sweep` on a local Ray, and requests sharded over Ray workers (xlgen.tools.measure.multigpu), on CPU.
 
 The sweep runs for real: a local Ray of 2 CPU slots is started once for this module
 (in-process tests) and once per subprocess (the kill tests).
@@ -66,7 +66,7 @@ done when n >= 2
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    from xlgen.tools.sweep import start_ray
+    from xlgen.tools.measure.sweep import start_ray
 
     start_ray(cpus=2)
     yield
@@ -114,7 +114,7 @@ y = "acceptance_rate"
     assert all(row["pid"] != os.getpid() for row in lines(out))
     from xlgen.backends.build import load
     from xlgen.runtime import sim
-    from xlgen.tools.workload import load as load_workload, resolve
+    from xlgen.tools.pipeline.workload import load as load_workload, resolve
 
     compiled = load(PIPELINE)
     w = load_workload(resolve("small"), compiled.sim_module())
@@ -192,7 +192,7 @@ def test_without_ray_the_sweep_says_how_to_install_it(tmp_path, monkeypatch):
 
 
 def test_the_documented_example_spec_is_valid():
-    from xlgen.tools.sweep import load_spec
+    from xlgen.tools.measure.sweep import load_spec
 
     spec = load_spec(ROOT / "docs" / "sweep_example.toml")
     assert len(spec.points) == 2 * 4 * 3 + 2 and "asbs_hi" in spec.columns
@@ -298,7 +298,7 @@ def test_a_killed_worker_does_not_lose_its_point(tmp_path):
 # ---- requests sharded over Ray workers (the --gpus path, on the simulator) ---------------------
 
 def test_the_plan_deals_requests_round_robin_and_keeps_linked_requests_together():
-    from xlgen.tools.multigpu import plan
+    from xlgen.tools.measure.multigpu import plan
 
     parts = plan([{} for _ in range(7)], 3)
     assert [s.ids.tolist() for s in parts] == [[0, 3, 6], [1, 4], [2, 5]]
@@ -312,10 +312,10 @@ def test_the_plan_deals_requests_round_robin_and_keeps_linked_requests_together(
 
 def test_sharded_runs_commit_the_single_runs_tokens_and_greedy_decodings():
     from xlgen.backends.build import load
-    from xlgen.tools.metrics import run_counts
-    from xlgen.tools.multigpu import ShardPool, bench_sharded, committed_differences, greedy_differences
+    from xlgen.tools.pipeline.metrics import run_counts
+    from xlgen.tools.measure.multigpu import ShardPool, bench_sharded, committed_differences, greedy_differences
     from xlgen.runtime import sim
-    from xlgen.tools.workload import load as load_workload, resolve
+    from xlgen.tools.pipeline.workload import load as load_workload, resolve
 
     compiled = load(PIPELINE)
     module = compiled.sim_module()

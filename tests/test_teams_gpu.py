@@ -16,7 +16,7 @@ import pytest
 
 from xlgen.backends.build import load_text
 from xlgen.runtime import sim
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from xlgen.backends.build import load
 from xlgen.frontend.checker import load_program
 from xlgen.cli import main
-from xlgen.tools.companion import CompanionError, load as load_companion
-from xlgen.tools.diff import committed_output_fields
-from xlgen.tools.metrics import declared_metrics, timing_metrics
+from xlgen.tools.pipeline.companion import CompanionError, load as load_companion
+from xlgen.tools.check.diff import committed_output_fields
+from xlgen.tools.pipeline.metrics import declared_metrics, timing_metrics
 from xlgen.frontend.parser import parse_text
 from xlgen.frontend.printer import format_module
 from xlgen.runtime import sim
@@ -426,7 +426,7 @@ def test_the_name_check_would_catch_a_name(tmp_path):
 # ---- xlgen bench reads the declarations (its GPU runs stood in for by the CPU build) ----------------
 
 def _fake_gpu(monkeypatch):
-    """xlgen.tools.bench with the GPU replaced by the CPU build, timed at 1 ms, one round per µs."""
+    """xlgen.tools.measure.bench with the GPU replaced by the CPU build, timed at 1 ms, one round per µs."""
     import sys
     import types
 
@@ -447,8 +447,8 @@ def _fake_gpu(monkeypatch):
 
 
 def test_bench_gets_tokens_and_timing_from_the_declarations(monkeypatch):
-    from xlgen.tools.bench import run_bench
-    from xlgen.tools.workload import load as load_workload
+    from xlgen.tools.measure.bench import run_bench
+    from xlgen.tools.pipeline.workload import load as load_workload
 
     _fake_gpu(monkeypatch)
     compiled = load(EXAMPLE / "token_budget.xl")
@@ -464,8 +464,8 @@ def test_bench_gets_tokens_and_timing_from_the_declarations(monkeypatch):
 
 
 def test_bench_of_a_pipeline_that_declares_nothing(monkeypatch):
-    from xlgen.tools.bench import run_bench
-    from xlgen.tools.workload import Workload
+    from xlgen.tools.measure.bench import run_bench
+    from xlgen.tools.pipeline.workload import Workload
 
     _fake_gpu(monkeypatch)
     compiled = load(REPO / "tests" / "programs" / "counter.xl")
@@ -480,7 +480,7 @@ def test_bench_of_a_pipeline_that_declares_nothing(monkeypatch):
 
 
 def test_assert_backends_agree_checks_the_companion(emitter):
-    from xlgen.tools.testing import CompanionCheckFailed, assert_backends_agree
+    from xlgen.tools.check.testing import CompanionCheckFailed, assert_backends_agree
 
     path, workload = emitter()
     assert_backends_agree(path, workload, backends=["cpu"])

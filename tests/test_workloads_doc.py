@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xlgen.backends.build import load
-from xlgen.tools.workload import WorkloadError, from_dict
+from xlgen.tools.pipeline.workload import WorkloadError, from_dict
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "workloads.md").read_text()
 

@@ -14,7 +14,7 @@ import pytest
 from xlgen.backends.build import load_text
 from xlgen.runtime import cpu, sim
 from xlgen.semantics import vec, xlmath
-from xlgen.tools.diff import compare
+from xlgen.tools.check.diff import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("math_ulp", ROOT / "scripts" / "math_ulp.py")

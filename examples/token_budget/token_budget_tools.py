@@ -1,8 +1,8 @@
 """token_budget.xl's companion: what the tools check and measure beyond the language
-(`companion "token_budget_tools.py"`; the API: xlgen/tools/companion.py, docs/language.md).
+(`companion "token_budget_tools.py"`; the API: xlgen/tools/pipeline/companion.py, docs/language.md).
 """
 
-from xlgen.tools.companion import invariant, metrics, reference, report
+from xlgen.companion import invariant, metrics, reference, report
 from xlgen.semantics.builtins import b_hash_u32
 
 

@@ -28,7 +28,7 @@ min max abs fabsf sqrtf printf
 PY_RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | {"int", "float", "bool", "range", "len", "list", "abs", "min", "max", "print"}
 
 
-# Found by differential fuzzing (xlgen/tools/fuzzgen/): besides keywords, a user name
+# Found by differential fuzzing (xlgen/tools/check/fuzzgen/): besides keywords, a user name
 # must not collide with what the generated code names for itself, nor with a
 # macro of the headers it includes (a const `NAN`, `M_PI` or `INT32_MAX`
 # becomes a number before the C++ compiler sees it), nor, in the simulator, with

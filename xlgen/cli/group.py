@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 import click
 from .. import __version__
-from ..tools.companion import CompanionError
+from ..tools.pipeline.companion import CompanionError
 from ..core.diagnostics import CompileError
 from ..core.files import FileProblem
 

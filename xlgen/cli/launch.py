@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 import click
-from ..tools import tool_options as tools
+from ..tools.pipeline import tool_options as tools
 from .group import EXIT_HANG, EXIT_REQUESTS_FAILED
 
 
@@ -18,7 +18,7 @@ def _prepare(file, workload_name, count, max_active, param_overrides=()):
     """Check and generate FILE, and load the workload against its simulator: every
     workload and option error is a usage error here, before anything runs."""
     from ..backends.build import load
-    from ..tools.workload import Workload, WorkloadError, check_request_count, load as load_workload, resolve
+    from ..tools.pipeline.workload import Workload, WorkloadError, check_request_count, load as load_workload, resolve
 
     compiled = load(file)
     module = compiled.sim_module()
@@ -114,7 +114,7 @@ def _parse_param(module, item: str):
     """`--param NAME=VALUE`: a launch parameter of FILE's pipeline and a value its type stores:
     ASCII digits only, member names only for an enum parameter, no f32 overflow to infinity."""
     from ..core.diagnostics import did_you_mean
-    from ..tools.workload import _Invalid, check_value, param_types
+    from ..tools.pipeline.workload import _Invalid, check_value, param_types
 
     name, sep, text = (part.strip() for part in item.partition("="))
     if not sep or not name or not text:
@@ -172,7 +172,7 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
 def _summary(compiled, result, max_active: int | None = None) -> str:
     """One line: requests by outcome (failures by kind), rounds, records by kind, and (in
     the round model) the batch's slot utilisation."""
-    from ..tools.metrics import run_counts, slot_utilisation
+    from ..tools.pipeline.metrics import run_counts, slot_utilisation
 
     c = run_counts(result)
     failed = f"{c.failed} failed"
@@ -190,7 +190,7 @@ def _summary(compiled, result, max_active: int | None = None) -> str:
 
 
 def _requests_failed(result) -> bool:
-    from ..tools.metrics import run_counts
+    from ..tools.pipeline.metrics import run_counts
 
     c = run_counts(result)
     return c.failed > 0 or c.unfinished > 0
@@ -280,7 +280,7 @@ _WORKLOAD_OPTIONS = [
 def _positive_seconds(ctx, param, value):
     if value is not None and not (value > 0 and value != float("inf")):
         raise click.BadParameter(f"{value}: give a positive number of seconds")
-    from ..tools.companion import deadline_for_command
+    from ..tools.pipeline.companion import deadline_for_command
 
     deadline_for_command(value)  # the timer starts now: a companion that loops when imported is stopped too
     return value
@@ -322,14 +322,14 @@ def _GPUS_OPTIONS(fn):
 def _sharded(work, compiled, file, gpus: int, backend: str, address):
     """Start the shard workers (one Ray actor per GPU), do `work(pool)`, and stop them; a missing
     Ray or too few GPUs is a usage error, a shard's hang exit code 3."""
-    from ..tools import sweep as engine
+    from ..tools.measure import sweep as engine
 
     try:
         engine.require_ray()
     except engine.RayMissing:
         raise click.UsageError("--gpus runs a worker per GPU on Ray, which is not installed: "
                                "pip install 'xlgen[sweep]' (or pip install ray)") from None
-    from ..tools.multigpu import ShardError, ShardPool
+    from ..tools.measure.multigpu import ShardError, ShardPool
 
     try:
         pool = ShardPool(compiled, Path(file).resolve(), gpus, backend, address)
@@ -383,7 +383,7 @@ def _json_result(json_path, command: str, file):
         yield None
         return
     from ..core.files import FileProblem
-    from ..tools import results
+    from ..tools.measure import results
 
     _check_output_path(json_path, "--json")
     try:
@@ -399,7 +399,7 @@ def _json_result(json_path, command: str, file):
         raise
     except Exception as exc:
         from ..core.diagnostics import CompileError
-        from ..tools.companion import CompanionError
+        from ..tools.pipeline.companion import CompanionError
 
         sim = sys.modules.get("xlgen.runtime.sim")
         if sim is not None and isinstance(exc, sim.SimHang):  # --timeout or Ctrl-C: where each request was

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 import click
 from ..tools.progress import progress_bar
-from ..tools import tool_options as tools
-from ..tools.tool_options import INVARIANTS_OPTION, report_options
+from ..tools.pipeline import tool_options as tools
+from ..tools.pipeline.tool_options import INVARIANTS_OPTION, report_options
 from .group import BACKENDS, SourceFile, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
 from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _json_doc, _json_results, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
 
@@ -47,7 +47,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     """
     import numpy as np
 
-    from ..tools.diff import describe_record
+    from ..tools.check.diff import describe_record
     from ..runtime import sim as engine
     from ..semantics.ops import ERR_WATCHDOG
     from ..runtime.sim import KIND_DONE, KIND_ERROR
@@ -91,7 +91,7 @@ def sim(file, workload_name, count, max_active, param_overrides, show, show_trac
     tools.produce(compiled, module, workload, result, want)
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["runs"].append(results.run_entry(compiled, module, workload, result))
@@ -132,7 +132,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     but a request failed (docs/workloads.md, "Exit codes"). --json FILE writes every
     backend's results and the comparisons as data (docs/results_json.md).
     """
-    from ..tools.diff import committed_output_fields, compare, compare_results
+    from ..tools.check.diff import committed_output_fields, compare, compare_results
 
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if backends is None:
@@ -156,7 +156,7 @@ def diff(file, workload_name, count, max_active, param_overrides, backends, chec
     observer = checker.observer if checker is not None and checker.per_round else None
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
     reference = _run_backend("sim", compiled, workload, sim_timeout=sim_timeout, observer=observer)
@@ -264,76 +264,91 @@ def _json_run(compiled, module, workload, result) -> None:
     """With --json: the pipeline, the workload and this run."""
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["runs"].append(results.run_entry(compiled, module, workload, result))
 
 
+DEFAULT_DEMO = "xl_spec"  # `xlgen demo`: the bundled pipeline's demo
+REAL_DEMO = "byte_spec"  # `xlgen demo --real`: the bundled real model pair's (the README's command)
+
+
+def _name_value(ctx, param, values):
+    out = []
+    for item in values:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise click.BadParameter(f"{item!r}: give NAME=VALUE", ctx, param)
+        out.append((name.strip(), value))
+    return out
+
+
 @main.command(epilog="""\b
 Examples:
-  xlgen demo                          # writes xlgen-demo/block_sizes.png
-  xlgen demo -w small -o /tmp/demo    # a quicker run
+  xlgen demo                          # the bundled pipeline's demo: writes xlgen-demo/block_sizes.png
+  xlgen demo -w small -o /tmp/demo    # a quicker run (-w W is --arg workload=W)
   xlgen demo --no-gpu
-  xlgen demo --real                   # the real model pair: writes xlgen-demo/real_block_sizes.png
+  xlgen demo byte_spec                # the real model pair: writes xlgen-demo/real_block_sizes.png
+  xlgen demo --real                   # the same (--real names byte_spec)
   xlgen demo --real --prompts code,random_0 -n 32     # some prompts (names, kinds, indices), fewer tokens
+  xlgen demo my_pipeline.xl --arg rounds=8            # your pipeline's demo (its companion's @demo)
 """)
-@click.option("-w", "--workload", "workload_name", default="mixed", show_default=True,
-              help="A workload JSON file or a bundled workload name.")
+@click.argument("pipeline", type=SourceFile(bundled=True), required=False)
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("xlgen-demo"),
-              show_default=True, help="Where to write the plot.")
+              show_default=True, help="Where the demo writes its plots.")
 @click.option("--gpu/--no-gpu", "use_gpu", default=None, help="Also run the GPU (default: when one is present).")
+@click.option("-a", "--arg", "demo_args", multiple=True, metavar="NAME=VALUE", callback=_name_value,
+              help="An argument of the pipeline's demo (a parameter of its @demo function; repeatable).")
 @click.option("--real", is_flag=True,
-              help="The real byte-level model pair (models/bytes_pair/, docs/models.md) in stages/byte_spec.xl: "
+              help="PIPELINE = byte_spec: the real byte-level model pair (models/bytes_pair/, docs/models.md): "
                    "diff-test the backends on a short run, then plain greedy and speculative decoding (ASBS) of the "
                    "bundled prompts on the GPU (else the CPU build), compared with PyTorch's greedy tokens; "
                    "acceptance per prompt kind; real_block_sizes.png, and real_policy_trajectories.png (ASBS and "
                    "the cost policy, with and without KV pressure).")
+@click.option("-w", "--workload", "workload_name", default=None, metavar="W",
+              help="= --arg workload=W: a workload JSON file or a bundled workload name (the bundled demo: mixed).")
 @click.option("--prompts", "prompt_selection", default=None, metavar="LIST",
-              help="With --real: the bundled prompts to run, by name, kind or index, comma-separated (default: all 8).")
-@click.option("-n", "--new-tokens", "n_new", type=AsciiInt(1, 504), default=128, show_default=True,
-              help="With --real: new tokens per prompt (PyTorch's recorded 128 are compared).")
+              help="= --arg prompts=LIST: the real pair's prompts, by name, kind or index, comma-separated "
+                   "(default: all 8).")
+@click.option("-n", "--new-tokens", "n_new", default=None, metavar="N",
+              help="= --arg new_tokens=N: the real pair's new tokens per prompt (default 128: PyTorch's recorded "
+                   "128 are compared).")
 @_friendly
-def demo(workload_name, out_dir, use_gpu, real, prompt_selection, n_new):
-    """The bundled speculative-decoding pipeline end to end: build, simulate, diff-test, summarise, plot.
+def demo(pipeline, out_dir, use_gpu, demo_args, real, workload_name, prompt_selection, n_new):
+    """Run PIPELINE's demo, the @demo function its companion module declares (docs/language.md,
+    "The companion module"): PIPELINE is a file or a bundled pipeline's name; without one, the
+    bundled speculative-decoding pipeline (xl_spec): build, simulate, diff-test, summarise, plot.
 
-    With --real, the real byte-level model pair instead of the synthetic models: a 4-layer
-    target verifies a 1-layer draft's blocks, both running inside the mega-kernel
-    (stages/byte_spec.xl). Exit codes: 0 backends identical, speculative = plain greedy, and
-    PyTorch's tokens reproduced (a difference only where PyTorch's own top-1 margin is below
-    1e-4 is float32 noise and passes); 1 otherwise; 2 usage.
+    --real runs byte_spec's demo instead: the real byte-level model pair, a 4-layer target
+    verifying a 1-layer draft's blocks, both inside the mega-kernel. A pipeline whose companion
+    declares no demo is a usage error. Exit codes: 0 what the demo checked agreed (for the
+    real pair: backends identical, speculative = plain greedy, and PyTorch's tokens reproduced;
+    a difference only where PyTorch's own top-1 margin is below 1e-4 is float32 noise and
+    passes); 1 otherwise; 2 usage.
     """
-    from click.core import ParameterSource
+    from ..core.resources import bundled_pipelines
+    from ..tools.demo import declared
 
-    from ..tools.workload import WorkloadError
-
-    ctx = click.get_current_context()
+    if real and pipeline is not None:
+        raise click.UsageError(f"--real names the bundled pipeline {REAL_DEMO}; give PIPELINE or --real, not both")
     if use_gpu:
         from ..runtime import gpu
 
         if not gpu.available():
             raise click.UsageError("--gpu needs CuPy and an NVIDIA GPU (`xlgen doctor` says how to install them); "
                                    "--no-gpu runs the simulator and the CPU build only")
-    if real:
-        if ctx.get_parameter_source("workload_name") is not ParameterSource.DEFAULT:
-            raise click.UsageError("--real runs the bundled prompts (--prompts picks some), not a workload (-w)")
-        from ..tools.real_demo import run_real_demo
-        from ..tools.real_pair import RealPairError
-
-        try:
-            result = run_real_demo(out_dir, prompt_selection, n_new, use_gpu)
-        except RealPairError as exc:
-            raise click.UsageError(str(exc)) from None
-        sys.exit(EXIT_OK if result.ok else EXIT_MISMATCH)
-    for name in ("prompt_selection", "n_new"):
-        if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
-            raise click.UsageError(f"--{'prompts' if name == 'prompt_selection' else 'new-tokens'} goes with --real")
-    from ..tools.demo import run_demo
-
+    if pipeline is None:
+        name = REAL_DEMO if real else DEFAULT_DEMO
+        pipeline = bundled_pipelines().get(name)
+        if pipeline is None:
+            raise click.UsageError(f"the bundled pipeline {name} is not installed (stages/{name}.xl)")
+    shorthands = [("workload", workload_name), ("prompts", prompt_selection), ("new_tokens", n_new)]
+    given = [(name, value) for name, value in shorthands if value is not None] + list(demo_args)
     try:
-        agreed = run_demo(out_dir, workload_name, use_gpu)
-    except WorkloadError as exc:
-        raise click.UsageError(f"workload {exc}") from None
+        agreed = declared.run(pipeline, out_dir, use_gpu, given)
+    except declared.DemoUsage as exc:
+        raise click.UsageError(exc.message) from None
     sys.exit(EXIT_OK if agreed else EXIT_MISMATCH)
 
 
@@ -366,7 +381,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     the report, the reference run's per-request results and every metric as data
     (schema xlgen.result/1, docs/results_json.md; the report itself under "bench").
     """
-    from ..tools.bench import run_bench
+    from ..tools.measure.bench import run_bench
     from ..core.files import write_atomically
     from ..runtime import gpu
 
@@ -375,7 +390,7 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
-        from ..tools.multigpu import bench_sharded
+        from ..tools.measure.multigpu import bench_sharded
 
         report = _sharded(lambda pool: bench_sharded(pool, workload, repeats=repeats), compiled, file, gpus, "gpu",
                           address)
@@ -406,7 +421,7 @@ def _json_bench(compiled, module, workload, report, result) -> None:
     """With --json: the bench report (every variant's timings, the metrics) and the reference run."""
     doc = _json_doc()
     if doc is not None:
-        from ..tools import results
+        from ..tools.measure import results
 
         results.describe_launch(doc, compiled, module, workload)
         doc["bench"] = report.to_json()

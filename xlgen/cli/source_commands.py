@@ -152,7 +152,7 @@ def graph(file, out_path):
     import subprocess
 
     from ..frontend.checker import load_program
-    from ..tools.graph import no_state_machine_note, to_dot
+    from ..tools.pipeline.graph import no_state_machine_note, to_dot
 
     program, _ = load_program(file)
     dot = to_dot(program)

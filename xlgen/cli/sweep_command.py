@@ -1,4 +1,4 @@
-"""`xlgen sweep SPEC`: a study's points as Ray tasks (xlgen/tools/sweep.py)."""
+"""`xlgen sweep SPEC`: a study's points as Ray tasks (xlgen/tools/measure/sweep.py)."""
 
 from __future__ import annotations
 import sys
@@ -40,7 +40,7 @@ def sweep(spec_path, out_dir, address, cpus, serial, retry_failed, dry_run):
     codes: 0 every point ok, 2 a spec error or no Ray, 4 a point failed, 130
     interrupted (run the same command again to resume).
     """
-    from ..tools import sweep as engine
+    from ..tools.measure import sweep as engine
 
     if address and serial:
         raise click.UsageError("--serial runs in this process; it does not take --address")

@@ -77,11 +77,11 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
                   diff_tokens: int = DIFF_TOKENS, diff_prompt_bytes: int | None = DIFF_PROMPT_BYTES, source: Path | None = None, weights_path: Path | None = None,
                   prompts_path: Path | None = None, reference_path: Path | None = None,
                   binding_path: Path | None = None, echo=click.echo) -> RealDemo:
-    from ..backends.build import load
-    from ..runtime import cpu, sim
-    from ..runtime.sim import LaunchConfig
-    from .diff import compare
-    from .progress import progress_bar
+    from xlgen.backends.build import load
+    from xlgen.runtime import cpu, sim
+    from xlgen.runtime.sim import LaunchConfig
+    from xlgen.tools.check.diff import compare
+    from xlgen.tools.progress import progress_bar
 
     binding = rp.load_binding(binding_path)
     prompts = rp.select_prompts(rp.load_prompts(prompts_path), selection)
@@ -95,13 +95,13 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
     module = compiled.sim_module()
     program = compiled.program
     rp.check_binding(program, binding)
-    from ..core.files import output_directory
+    from xlgen.core.files import output_directory
 
     # after every input was checked (a bad one leaves nothing behind), before the runs
     output_directory(out_dir, ["real_block_sizes.png", POLICY_PLOT])
 
     if use_gpu is None:
-        from ..runtime import gpu
+        from xlgen.runtime import gpu
 
         use_gpu = gpu.available()
     demo = RealDemo(backend="gpu" if use_gpu else "cpu")
@@ -116,7 +116,7 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
             return sim.run(module, params, reqs, config)
         if backend == "cpu":
             return cpu.run(compiled, params, reqs, config)
-        from ..runtime import gpu
+        from xlgen.runtime import gpu
 
         return gpu.run(compiled, params, reqs, config)
 
@@ -207,8 +207,8 @@ def run_real_demo(out_dir: Path, selection: str | None = None, n_new: int = 128,
 
 def failures(program, result) -> list[str]:
     """Each failed request's error record, described (a runtime error, the watchdog)."""
-    from ..runtime.sim import KIND_ERROR
-    from .diff import describe_record
+    from xlgen.runtime.sim import KIND_ERROR
+    from xlgen.tools.check.diff import describe_record
 
     return [describe_record(program, rec) for rec in result.records if rec[2] == KIND_ERROR]
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.diagnostics import did_you_mean
-from ..runtime.sim import LAUNCH_MAX, LaunchConfig
+from ...core.diagnostics import did_you_mean
+from ...runtime.sim import LAUNCH_MAX, LaunchConfig
 
 TOP_KEYS = ("name", "description", "seed", "launch", "params", "requests", "generate")
 LAUNCH_KEYS = ("max_active", "max_rounds")
@@ -82,7 +82,7 @@ class FieldType:
 
 
 def _ir_field_type(t) -> FieldType:
-    from ..core import ir
+    from ...core import ir
 
     length = None
     if isinstance(t, ir.ArrayType):
@@ -553,7 +553,7 @@ def load(path: str | Path, module) -> Workload:
 
 def resolve(path_or_name: str) -> Path:
     """A workload path, or the name of a bundled one (workloads/NAME.json)."""
-    from ..core.resources import data_dir
+    from ...core.resources import data_dir
 
     p = Path(path_or_name)
     if p.exists():

@@ -5,7 +5,7 @@ them), traces, `done when`; and the launches (params, tensor values, inputs, set
 from __future__ import annotations
 import math
 import random
-from ...core.ir import COLLECTIVE_OPS
+from ....core.ir import COLLECTIVE_OPS
 from .model import Arr, Ctx, E, F32_INPUTS, Helper, I32_EDGES, INT_MAX, INT_MIN, Launch, POOL_NASTY_NAMES, Pool, SCALARS, Sym, U32_EDGES, struct_f32
 
 

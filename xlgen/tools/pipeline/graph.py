@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core import ir
+from ...core import ir
 
 
 def _guard_states(expr, field: str) -> set[int]:

@@ -29,7 +29,7 @@ OUTCOMES = {0: "ok", 1: "mismatch", 2: "usage", 3: "stopped", 4: "requests_faile
 def new_document(command: str, file, argv: list[str] | None = None) -> dict:
     """The document's head; the command fills `pipeline`, `workload`, `runs`, ... and
     `finish` sets the exit status."""
-    from .. import __version__
+    from ... import __version__
 
     return {
         "schema": SCHEMA,
@@ -49,7 +49,7 @@ def new_document(command: str, file, argv: list[str] | None = None) -> dict:
 
 def describe_launch(doc: dict, compiled, module, workload) -> None:
     """The pipeline and the workload as run: name, request count, batch capacity, launch parameters."""
-    from .companion import params_by_name
+    from ..pipeline.companion import params_by_name
 
     doc["pipeline"] = {"name": compiled.name, "main_file": str(compiled.program.main_file)}
     params = params_by_name(module, workload.params)
@@ -62,8 +62,8 @@ def describe_launch(doc: dict, compiled, module, workload) -> None:
 def run_entry(compiled, module, workload, result, metrics: bool = True) -> dict:
     """One backend's run: outcome counts, records by kind (trace records per stage), slot
     utilisation, every metric, and one entry per request."""
-    from .metrics import collect_metrics, run_counts, slot_utilisation
-    from .tool_options import make_run
+    from ..pipeline.metrics import collect_metrics, run_counts, slot_utilisation
+    from ..pipeline.tool_options import make_run
 
     program = compiled.program
     c = run_counts(result)
@@ -92,7 +92,7 @@ def run_entry(compiled, module, workload, result, metrics: bool = True) -> dict:
 
 def records_by_kind(program, result) -> dict:
     """{"trace": n, "done": n, "error": n, "trace_by_stage": {stage: n}} (stages in declared order)."""
-    from ..runtime.sim import KIND_DONE, KIND_ERROR
+    from ...runtime.sim import KIND_DONE, KIND_ERROR
 
     kinds = result.record_table["kind"]
     done, error = int((kinds == KIND_DONE).sum()), int((kinds == KIND_ERROR).sum())
@@ -108,10 +108,10 @@ def request_entries(program, result) -> list[dict]:
     """Per request: status (done, error, watchdog, unfinished), the round it ended in, the
     error (message, code, .xl line, stage), every scalar request field's final value, and the
     declared output (`output FIELD[COUNT]`: its first COUNT elements)."""
-    from ..core import ir
-    from ..semantics.ops import ERR_WATCHDOG, ERROR_NAMES
-    from ..runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE
-    from .diff import describe_record
+    from ...core import ir
+    from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES
+    from ...runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE
+    from ..check.diff import describe_record
 
     table = result.record_table
     n = len(result.requests)
@@ -161,14 +161,14 @@ def dumps(doc: dict) -> str:
 
 def check_path(path: Path) -> None:
     """Before the run: a FileProblem when `path` is a link, a directory or a special file."""
-    from ..core.files import check_target
+    from ...core.files import check_target
 
     check_target(Path(path))
 
 
 def write(path: Path, doc: dict) -> None:
     """Write the document at `path` atomically, never through a symbolic link."""
-    from ..core.files import check_target, write_atomically
+    from ...core.files import check_target, write_atomically
 
     path = Path(path)
     exists = check_target(path)
@@ -190,7 +190,7 @@ def load(path: Path) -> dict:
 def _field_value(t, value):
     """A request field's value: an enum by member name (a flag set as its bits), a bool as a bool,
     an f32 as the exact double it widens to, an integer as an integer."""
-    from ..core import ir
+    from ...core import ir
 
     if t == ir.BOOL:
         return bool(value)

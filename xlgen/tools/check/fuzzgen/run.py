@@ -27,7 +27,7 @@ def backends() -> list[str]:
     """The backends to compare with the simulator: the CPU build, and the GPU where one is usable."""
     out = ["cpu"]
     try:
-        from ...runtime import gpu
+        from ....runtime import gpu
     except ImportError:
         return out
     try:
@@ -44,7 +44,7 @@ def run_backend(backend: str, compiled, params, inputs, cfg):
     import importlib
 
     if backend == "sim":
-        from ...runtime import sim
+        from ....runtime import sim
 
         return sim.run(compiled.sim_module(), params, inputs, cfg)
     if backend in ("gpu", "gpu-fast"):
@@ -84,9 +84,9 @@ def run_case(case: FuzzCase, backends=("cpu",), compiled=None):
     program is schedule-free, else checked for what holds under every schedule.
     Returns a list of (launch, backend, divergence text) for every mismatch.
     """
-    from ...backends.build import load_text
+    from ....backends.build import load_text
     from ..diff import compare
-    from ...runtime import sim
+    from ....runtime import sim
 
     if compiled is None:
         compiled = load_text(case.source, name="fuzz.xl")

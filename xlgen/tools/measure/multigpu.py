@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime.sim import REC_HEADER, LaunchConfig, RunResult
+from ...runtime.sim import REC_HEADER, LaunchConfig, RunResult
 
 # A pipeline's request fields that hold another request's id are named by its companion module
 # (docs/language.md: `REQUEST_ID_FIELDS = ("field", ...)`): linked requests share a shard, and
@@ -55,7 +55,7 @@ class Shard:
 
 
 def reference_fields(program) -> list[str]:
-    from .companion import of_program
+    from ..pipeline.companion import of_program
 
     companion = of_program(program)
     declared = tuple(getattr(companion.module, "REQUEST_ID_FIELDS", ())) if companion is not None else ()
@@ -145,7 +145,7 @@ def merge(program, shards: list[Shard], results: list[RunResult], backend: str) 
 
 def _traced_links(program, links: list[str]) -> list[tuple[int, int]]:
     """(trace index, record column) of every traced reference field."""
-    from ..core import ir
+    from ...core import ir
 
     out = []
     for trace in program.traces:
@@ -173,7 +173,7 @@ class ShardWorker:
         import socket
 
         try:
-            from ..runtime import gpu
+            from ...runtime import gpu
 
             if gpu.available():
                 import cupy
@@ -187,7 +187,7 @@ class ShardWorker:
 
     def run(self, backend: str, params: dict, inputs: list[dict], max_active: int, max_rounds: int,
             timeout: float) -> dict:
-        from ..runtime import cpu, sim
+        from ...runtime import cpu, sim
 
         config = LaunchConfig(max_active, max_rounds)
         t0 = time.perf_counter()
@@ -197,7 +197,7 @@ class ShardWorker:
             elif backend == "cpu":
                 result = cpu.run(self.compiled, params, inputs, config)
             else:
-                from ..runtime import gpu
+                from ...runtime import gpu
 
                 mode = "fast" if backend == "gpu-fast" else "deterministic"
                 result = gpu.run(self.compiled, params, inputs, config, mode=mode, timeout=timeout)
@@ -341,7 +341,7 @@ def committed_differences(program, a: RunResult, b: RunResult) -> list[int]:
 def greedy_differences(compiled, params: dict, result: RunResult) -> list[int] | None:
     """Requests whose output differs from the companion's @reference (for the bundled pipeline:
     plain greedy decoding); None for a pipeline without an output or a reference."""
-    from .companion import of_program, params_by_name
+    from ..pipeline.companion import of_program, params_by_name
 
     program = compiled.program
     companion = of_program(program)

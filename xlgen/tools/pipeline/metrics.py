@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import ir
-from ..runtime.sim import REC_HEADER, RunResult
+from ...core import ir
+from ...runtime.sim import REC_HEADER, RunResult
 
 
 def _word_offset(program: ir.Program, trace: ir.Trace, name: str) -> tuple[int, ir.Type]:
@@ -56,7 +56,7 @@ def trace_series(program: ir.Program, result: RunResult, stage: str, field: str)
 
 def finished_requests(result: RunResult) -> list[int]:
     """Ids of the requests with a done record (not stopped by an error or the watchdog)."""
-    from ..runtime.sim import KIND_DONE
+    from ...runtime.sim import KIND_DONE
 
     table = result.record_table
     return sorted(set(table["req_id"][table["kind"] == KIND_DONE].tolist()))
@@ -190,8 +190,8 @@ def collect_metrics(program: ir.Program, result: RunResult, max_active: int, run
 def _admitted_and_ended(result: RunResult, max_active: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request, in the deterministic round model: the round it was admitted in, the round
     it ended in (done or an error; the last round run when unfinished) and whether it ended."""
-    from ..semantics.ops import ERR_WATCHDOG
-    from ..runtime.sim import KIND_DONE, KIND_ERROR
+    from ...semantics.ops import ERR_WATCHDOG
+    from ...runtime.sim import KIND_DONE, KIND_ERROR
 
     n, rounds = len(result.requests), int(result.rounds)
     table = result.record_table
@@ -287,8 +287,8 @@ class RunCounts:
 
 
 def run_counts(result: RunResult) -> RunCounts:
-    from ..semantics.ops import ERR_WATCHDOG
-    from ..runtime.sim import KIND_DONE, KIND_ERROR
+    from ...semantics.ops import ERR_WATCHDOG
+    from ...runtime.sim import KIND_DONE, KIND_ERROR
 
     table = result.record_table
     errors = table[table["kind"] == KIND_ERROR]

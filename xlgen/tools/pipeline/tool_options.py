@@ -3,8 +3,8 @@ the `--report`/`--plot` options (and their old spellings `--kv-report`/`--kv-plo
 invariants checked every round, the reference decoder, and the metrics printed after a run.
 
 Nothing here knows any pipeline: reports, plots, invariants and the reference come from
-the companion the pipeline declares (xlgen/tools/companion.py), metrics from its `metric`,
-`output` and `progress` declarations (xlgen/tools/metrics.py).
+the companion the pipeline declares (xlgen/tools/pipeline/companion.py), metrics from its `metric`,
+`output` and `progress` declarations (xlgen/tools/pipeline/metrics.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ..core.files import refuse_link, write_with
+from ...core.files import refuse_link, write_with
 
 from .companion import (CompanionError, Hook, InvariantChecker, Run, Unavailable, check_reference, no_companion_reason, of_program, params_by_name)
 

@@ -136,11 +136,11 @@ def load_spec(path: str | Path, preview: int | None = None) -> Spec:
     The points are counted before any is built: more than MAX_POINTS is a SpecError, unless
     `preview` is given (--dry-run), which builds only the first `preview` points (spec.total
     says how many there are)."""
-    from ..backends.build import load
-    from ..core.diagnostics import CompileError, did_you_mean
-    from .workload import WorkloadError, load as load_workload, resolve
+    from ...backends.build import load
+    from ...core.diagnostics import CompileError, did_you_mean
+    from ..pipeline.workload import WorkloadError, load as load_workload, resolve
 
-    from ..core.files import MAX_SOURCE_BYTES, FileProblem, read_source_bytes_any
+    from ...core.files import MAX_SOURCE_BYTES, FileProblem, read_source_bytes_any
 
     path = Path(path)
     try:
@@ -252,7 +252,7 @@ def load_spec(path: str | Path, preview: int | None = None) -> Spec:
     workloads = {}
     for name in dict.fromkeys(v for c, v in values_of if c == "workload" and isinstance(v, str) and v):
         if name == "default":
-            from .workload import Workload
+            from ..pipeline.workload import Workload
 
             workloads[name] = Workload("default", [{} for _ in range(8)])
             workloads[name].config.max_active = 4
@@ -330,7 +330,7 @@ def _integer(value, what: str, lo: int, hi: int, errors: list[str]):
 
 def _check_axis(column: str, value, module, errors: list[str]):
     """The value a point stores for `column` (an enum parameter's member name as given)."""
-    from .workload import _Invalid, check_value, param_types
+    from ..pipeline.workload import _Invalid, check_value, param_types
 
     if column == "workload":
         if not isinstance(value, str) or not value:
@@ -344,7 +344,7 @@ def _check_axis(column: str, value, module, errors: list[str]):
         lo = 0 if column == "count" else 1
         number = _integer(value, column, lo, (1 << 31) - 1, errors)
         if column == "count" and number is not None:  # the memory estimate --count makes
-            from .workload import WorkloadError, check_request_count
+            from ..pipeline.workload import WorkloadError, check_request_count
 
             try:
                 check_request_count(number, module)
@@ -430,7 +430,7 @@ _LOADED: dict = {}  # per worker process: the compiled pipeline of each pipeline
 
 
 def _compiled(path: str, code: str):
-    from ..backends.build import load
+    from ...backends.build import load
 
     hit = _LOADED.get(path)
     if hit is None or hit.key != code:
@@ -495,7 +495,7 @@ def _measure(task: dict) -> dict:
 def _measure_in_child(task: dict, limit: float) -> dict:
     import multiprocessing
 
-    from ..runtime import cpu
+    from ...runtime import cpu
 
     cpu.build_library(_compiled(task["pipeline"], task["code"]))  # compiled before the clock starts
     context = multiprocessing.get_context("fork")
@@ -535,9 +535,9 @@ def _child_point(task: dict, send) -> None:
 
 
 def _measure_here(task: dict) -> dict:
-    from ..runtime.sim import LaunchConfig
-    from .companion import load_deadline, of_program
-    from .workload import Workload
+    from ...runtime.sim import LaunchConfig
+    from ..pipeline.companion import load_deadline, of_program
+    from ..pipeline.workload import Workload
 
     with load_deadline(task["timeout"]):  # the timer starts before the companion loads
         compiled = _compiled(task["pipeline"], task["code"])
@@ -552,7 +552,7 @@ def _measure_here(task: dict) -> dict:
             raise ValueError(f"count = {n}: the workload has no requests to repeat")
         inputs = [dict(inputs[i % len(inputs)]) for i in range(n)]
     config = LaunchConfig(axes.get("max_active", w["max_active"]), axes.get("max_rounds", w["max_rounds"]))
-    from .workload import check_value, param_types
+    from ..pipeline.workload import check_value, param_types
 
     params = dict(w["params"])
     types = param_types(module)
@@ -567,13 +567,13 @@ def _measure_here(task: dict) -> dict:
 
 
 def _run_backend(backend: str, compiled, module, workload, timeout):
-    from ..runtime import cpu, sim
+    from ...runtime import cpu, sim
 
     if backend == "sim":
         return sim.run_stoppable(module, workload.params, workload.inputs, workload.config, timeout)
     if backend == "cpu":
         return cpu.run(compiled, workload.params, workload.inputs, workload.config)
-    from ..runtime import gpu
+    from ...runtime import gpu
 
     if not gpu.available():
         raise RuntimeError("the gpu backend needs CuPy and an NVIDIA GPU on the worker (`xlgen doctor` says which CuPy to install)")
@@ -583,11 +583,11 @@ def _run_backend(backend: str, compiled, module, workload, timeout):
 
 
 def point_metrics(compiled, workload, result, walls: list[float]) -> dict:
-    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.tools.bench, xlgen.tools.metrics):
+    """A run's metrics, from the same functions `xlgen bench` reports (xlgen.tools.measure.bench, xlgen.tools.pipeline.metrics):
     counts and timing for every pipeline; output elements and tokens/s with an `output`
     declaration; the declared metrics and the companion's @metrics (docs/language.md)."""
     from .bench import pipeline_metrics, run_metrics
-    from .metrics import run_counts
+    from ..pipeline.metrics import run_counts
 
     wall = statistics.median(walls)
     c = run_counts(result)
@@ -614,7 +614,7 @@ def point_metrics(compiled, workload, result, walls: list[float]) -> dict:
 
 
 def _failure_text(compiled, result, c) -> str:
-    from .diff import describe_record
+    from ..check.diff import describe_record
 
     parts = []
     if c.runtime_errors:
@@ -649,7 +649,7 @@ class ResultStore:
     its point runs again. `read_only` (--dry-run) creates and opens nothing."""
 
     def __init__(self, out_dir: Path, read_only: bool = False):
-        from ..core import files
+        from ...core import files
 
         self.dir = Path(out_dir)
         self.path = self.dir / RESULTS_FILE
@@ -739,7 +739,7 @@ def table_rows(spec: Spec, store: ResultStore) -> tuple[list[str], list[dict]]:
 
 
 def write_tables(spec: Spec, store: ResultStore) -> list[Path]:
-    from ..core.files import write_atomically, write_with
+    from ...core.files import write_atomically, write_with
 
     header, rows = table_rows(spec, store)
     buf = io.StringIO()
@@ -784,7 +784,7 @@ def write_plots(spec: Spec, store: ResultStore) -> list[Path]:
     are left out."""
     if not spec.plots:
         return []
-    from ..core.files import write_with
+    from ...core.files import write_with
     import matplotlib
 
     matplotlib.use("Agg")
@@ -855,7 +855,7 @@ def run_sweep(spec: Spec, out_dir: Path, address: str | None = None, cpus: int |
     """Run every point of `spec` that out_dir has no result for; `on_result(row, point)` is called
     as each arrives (row["lost"] is set for a task whose worker died). Ctrl-C stops the sweep,
     keeping what finished: the same command resumes it."""
-    from ..core.files import check_target, ensure_directory
+    from ...core.files import check_target, ensure_directory
 
     ensure_directory(Path(out_dir))
     for name in ["results.csv", "results.md", "results.parquet"] + [plot.file_name for plot in spec.plots]:
@@ -982,7 +982,7 @@ def _run_on_ray(spec: Spec, todo: list[Point], arrived, address: str | None, cpu
     ray = start_ray(address, cpus)
     remote = ray.remote(run_point)
     if not address and any(p.axes["backend"] == "cpu" for p in todo):
-        from ..runtime import cpu
+        from ...runtime import cpu
 
         cpu.build_library(spec.compiled)  # once, here, rather than by every worker at once
     pending = {}

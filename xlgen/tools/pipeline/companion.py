@@ -5,7 +5,7 @@ to the .xl file that declares it). The tools (`xlgen sim`, `diff`, `bench`, `dem
 load it and call what it registers with the decorators below; the compiler never
 looks at it, and nothing in xlgen names any particular pipeline's fields.
 
-    from xlgen.companion import invariant, metrics, plot, reference, report
+    from xlgen.companion import demo, invariant, metrics, plot, reference, report
 
     @invariant                        # after every round of the simulator: the whole batch
     def budget_kept(state):
@@ -32,6 +32,9 @@ looks at it, and nothing in xlgen names any particular pipeline's fields.
     @plot("budget")                   # `xlgen sim --plot budget=PATH`: writes PATH
     def budget_plot(run, path): ...
 
+    @demo                             # `xlgen demo PIPELINE [--arg workload=small]`
+    def show(demo, workload: str = "mixed"): return demo.standard(workload)  # True: all agreed
+
 An invariant returns None (or an empty list) when it holds, else a message or a
 list of messages. `state` (in the simulator, after a round's phase 2, before
 retirement) has `round`, `requests` (every request, by id; fields as attributes),
@@ -43,7 +46,15 @@ row), `params`, `program`, `result` (the RunResult), `backend`, `workload` and
 `@reference`'s `request` is a request's final state (`request["seed"]`).
 `report` and `plot` take `check=FUNCTION`: called with (program, params) before the
 run, it returns None or why the report cannot be made (a usage error, nothing runs);
-during the run a report may raise `Unavailable(why)`.
+during the run a report may raise `Unavailable(why)`. `@demo`'s `demo` is an
+xlgen.tools.demo.Demo (source, out_dir, use_gpu, echo, build(), output_directory(),
+standard(workload)); the demo's parameters after it are its arguments; it raises
+`Unavailable(why)` when it cannot run as asked (a usage error). At most one `@demo`.
+
+A companion may keep code in other modules of its folder and import them relatively
+(`from . import helpers`): it is loaded as a module of a package whose path is its
+folder alone, so those imports stay in the folder. `Companion.beside(name)` gives a
+script or a test the same module objects.
 
 A companion that fails to import, or a function of it that raises, is reported as
 `FILE:LINE: ...` (the line in the companion), never as a traceback.
@@ -58,10 +69,11 @@ import importlib.util
 import os
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KINDS = ("invariant", "metrics", "reference", "report", "plot")
+KINDS = ("invariant", "metrics", "reference", "report", "plot", "demo")
 _EACH = ("round", "request")
 _AT = ("round", "end")
 
@@ -142,6 +154,15 @@ def plot(name: str, *, check=None):
     return lambda f: _mark("plot", f, name, check=check)
 
 
+def demo(fn=None, *, name: str | None = None):
+    """Register the pipeline's demo, run by `xlgen demo PIPELINE`: fn(demo, **arguments) returns
+    True when everything it checked agreed. Its parameters after the first, each with a default,
+    are its arguments (`--arg NAME=VALUE`, converted to the default's type)."""
+    if fn is None:
+        return lambda f: _mark("demo", f, name)
+    return _mark("demo", fn, name)
+
+
 # ---- what the hooks are given -----------------------------------------------------------
 
 @dataclass
@@ -184,8 +205,8 @@ class Run:
 
 def params_by_name(module, overrides=None) -> dict:
     """Launch parameters by .xl name: the declared defaults with `overrides` (a workload's params)."""
-    from ..backends.names import py
-    from ..runtime.sim import make_params
+    from ...backends.names import py
+    from ...runtime.sim import make_params
 
     p = overrides if isinstance(overrides, module.Params) else make_params(module, overrides)
     return {name: getattr(p, py(name)) for name in module.Params.TYPES}
@@ -210,8 +231,14 @@ class Companion:
             names = [h.name for h in self.of(kind)]
             for dup in {n for n in names if names.count(n) > 1}:
                 raise CompanionError(f"{path}: two {kind}s are named '{dup}'")
-        if len(self.of("reference")) > 1:
-            raise CompanionError(f"{path}: more than one @reference ({', '.join(h.name for h in self.of('reference'))})")
+        for kind in ("reference", "demo"):
+            if len(self.of(kind)) > 1:
+                raise CompanionError(f"{path}: more than one @{kind} ({', '.join(h.name for h in self.of(kind))})")
+
+    def beside(self, name: str):
+        """The module `name` of the companion's folder, as the companion's `from . import name`
+        gets it (one module object per loaded companion)."""
+        return importlib.import_module(f"{self.module.__package__}.{name}")
 
     def of(self, kind: str) -> list[Hook]:
         return [h for h in self.hooks if h.kind == kind]
@@ -259,16 +286,24 @@ class _LoadDeadline(BaseException):
 
 @functools.lru_cache(maxsize=32)
 def _load_cached(path: str, digest: str) -> Companion:
-    mod_name = f"xlgen_companion_{Path(path).stem}_{digest}"
+    # A package of the companion's folder (and nothing else): `from . import helpers` in the
+    # companion finds helpers.py beside it, and `..` cannot leave the folder.
+    package_name = f"xlgen_companion_{Path(path).stem}_{digest}"
+    package = types.ModuleType(package_name, f"the folder of the companion {path}")
+    package.__path__ = [os.path.dirname(path)]
+    package.__package__ = package_name
+    mod_name = f"{package_name}.{Path(path).stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
         raise CompanionError(f"{_shown(Path(path))}: cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[package_name] = package
     sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - the companion's own code
-        del sys.modules[mod_name]
+        for loaded in [m for m in sys.modules if m == package_name or m.startswith(package_name + ".")]:
+            del sys.modules[loaded]
         if isinstance(exc, (KeyboardInterrupt, _LoadDeadline)):
             raise
         raise CompanionError(f"{_line_in(exc, Path(path), _shown(Path(path)))}: the companion module failed to "

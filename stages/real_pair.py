@@ -17,7 +17,7 @@ pair's binding file, models/bytes_pair/pipeline.json (`Binding`).
 - a run's speculation per request, from its traces: accepted prefix and block size per
   verify step, tokens per verify round; per prompt kind; the block-size plot.
 
-Pure Python and NumPy: nothing here runs a pipeline (xlgen/tools/demo.py and
+Pure Python and NumPy: nothing here runs a pipeline (real_demo.py and
 scripts/real_bench.py do).
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.resources import data_dir
+from xlgen.core.resources import data_dir
 
 KIND_COLOURS = {"code": "tab:blue", "prose": "tab:green", "random": "tab:red"}
 # A disagreement with PyTorch at a recorded top-1 margin below this is float32 noise (the order of
@@ -288,7 +288,7 @@ def select_prompts(prompts: list[Prompt], selection: str | None) -> list[Prompt]
         elif item.isdigit() and int(item) < len(prompts):
             picked = [prompts[int(item)]]
         else:
-            from ..core.diagnostics import did_you_mean
+            from xlgen.core.diagnostics import did_you_mean
 
             kinds = list(dict.fromkeys(p.kind for p in prompts))
             raise RealPairError(f"no prompt, kind or index '{item}'{did_you_mean(item, list(by_name) + kinds)} "
@@ -538,7 +538,7 @@ class Speculation:
 def speculation(program, result, prompts: list[Prompt], binding: Binding | None = None) -> list[Speculation]:
     """Per request (= per prompt, in order): accepted prefix and block size at every verify step;
     drafted tokens from the trace when it holds them, else from the final state."""
-    from .metrics import trace_series
+    from xlgen.tools.pipeline.metrics import trace_series
 
     b = binding or load_binding()
     answers = committed_tokens(program, result)
@@ -638,7 +638,7 @@ def plot_block_sizes(rows: list[Speculation], path: str | Path, title: str = "")
     fig.supylabel("block size chosen (ASBS)", fontsize=9)
     fig.suptitle(title or "ASBS block size per verify step, real byte-level model pair", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.80, 1))
-    from ..core.files import ensure_directory, write_with
+    from xlgen.core.files import ensure_directory, write_with
 
     path = Path(path)
     ensure_directory(path.parent)

@@ -18,9 +18,9 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 
-from .diff import committed_output_fields, compare, compare_results
-from .metrics import output_count
-from ..runtime.sim import RunResult
+from ..check.diff import committed_output_fields, compare, compare_results
+from ..pipeline.metrics import output_count
+from ...runtime.sim import RunResult
 
 VARIANTS = ("mega-deterministic", "mega-fast", "host-loop", "graph")
 _MODE = {"mega-deterministic": "deterministic", "mega-fast": "fast", "host-loop": "host-loop", "graph": "graph"}
@@ -103,8 +103,8 @@ def _num(value, spec: str) -> str:
 
 
 def run_metrics(result: RunResult, max_active: int) -> dict:
-    """Outcomes, records by kind and slot utilisation of a deterministic run (xlgen.tools.metrics)."""
-    from .metrics import run_counts, slot_utilisation
+    """Outcomes, records by kind and slot utilisation of a deterministic run (xlgen.tools.pipeline.metrics)."""
+    from ..pipeline.metrics import run_counts, slot_utilisation
 
     c = run_counts(result)
     u = slot_utilisation(result, max_active)
@@ -118,8 +118,8 @@ def pipeline_metrics(compiled, workload, result: RunResult) -> dict:
     output elements, trace-based timing (latency; TTFT and inter-token latency with `output`
     and `progress`, in rounds and, from the GPU's round timestamps, in µs) and the
     companion's @metrics."""
-    from .companion import Run, params_by_name
-    from .metrics import collect_metrics
+    from ..pipeline.companion import Run, params_by_name
+    from ..pipeline.metrics import collect_metrics
 
     run = Run(compiled.program, result, params_by_name(compiled.sim_module(), workload.params), workload.name)
     return collect_metrics(compiled.program, result, workload.config.max_active, run,
@@ -129,7 +129,7 @@ def pipeline_metrics(compiled, workload, result: RunResult) -> dict:
 def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
     import cupy
 
-    from ..runtime import gpu
+    from ...runtime import gpu
 
     reference = None
     results = []
@@ -162,6 +162,6 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
 
 
 def save(report: BenchReport, path) -> None:
-    from ..core.files import write_atomically
+    from ...core.files import write_atomically
 
     write_atomically(Path(path), json.dumps(report.to_json(), indent=2))

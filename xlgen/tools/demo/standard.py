@@ -1,10 +1,11 @@
-"""`xlgen demo`: the bundled pipeline end to end, in one command.
+"""The standard demo: a pipeline end to end, in one command (`Demo.standard`, what the
+bundled pipeline's `@demo` runs).
 
-Builds stages/xl_spec.xl, simulates a mixed workload, diff-tests the CPU build
-(and the GPU when present) against the simulator, prints the metrics the
-pipeline declares (by group, e.g. per request class) and writes every plot
-its companion module registers. Nothing here knows the bundled pipeline: it is
-what `xlgen demo` shows of any pipeline with declarations and a companion.
+Builds the pipeline, simulates a workload, diff-tests the CPU build (and the GPU when
+present) against the simulator, prints the metrics the pipeline declares (by group, e.g.
+per request class) and writes every plot its companion module registers. Nothing here
+knows the bundled pipeline: it is what it shows of any pipeline with declarations and a
+companion.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ from pathlib import Path
 import click
 
 
-def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None) -> bool:
-    from ..backends.build import load
-    from .companion import Run, Unavailable, of_program, params_by_name
-    from .diff import compare
-    from .metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
-    from ..core.files import output_directory, write_with
-    from ..core.resources import data_dir
-    from ..runtime import cpu, sim
-    from .workload import load as load_workload, resolve
+def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None = None, *, source: Path,
+             compiled=None) -> bool:
+    from ...backends.build import load
+    from ..pipeline.companion import Run, Unavailable, of_program, params_by_name
+    from ..check.diff import compare
+    from ..pipeline.metrics import collect_metrics, format_metrics, run_counts, slot_utilisation
+    from ...core.files import output_directory, write_with
+    from ...runtime import cpu, sim
+    from ..pipeline.workload import load as load_workload, resolve
 
-    source = data_dir("stages") / "xl_spec.xl"
-    compiled = load(source)
+    compiled = compiled if compiled is not None else load(source)
     module = compiled.sim_module()
     workload = load_workload(resolve(workload_name), module)
     companion = of_program(compiled.program)
@@ -38,7 +38,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     click.echo(f"workload {workload.name}: {n} requests, batch capacity {workload.config.max_active}")
 
     if use_gpu is None:
-        from ..runtime import gpu
+        from ...runtime import gpu
 
         use_gpu = gpu.available()
     backends = ["cpu"] + (["gpu"] if use_gpu else [])
@@ -46,7 +46,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
     agreed = True
     results = {}
     written = []
-    from .progress import progress_bar
+    from ..progress import progress_bar
 
     with progress_bar(steps, "working", show_eta=False) as bar:
         last = [0]
@@ -64,7 +64,7 @@ def run_demo(out_dir: Path, workload_name: str = "mixed", use_gpu: bool | None =
             if backend == "cpu":
                 results[backend] = cpu.run(compiled, workload.params, workload.inputs, workload.config)
             else:
-                from ..runtime import gpu
+                from ...runtime import gpu
 
                 results[backend] = gpu.run(compiled, workload.params, workload.inputs, workload.config)
             results[backend].extra["seconds"] = time.perf_counter() - t0

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import ir
-from ..semantics.ops import ERR_WATCHDOG, ERROR_NAMES, bits_f32
-from ..runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
-from ..semantics.ops import CANONICAL_NAN_BITS
+from ...core import ir
+from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES, bits_f32
+from ...runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
+from ...semantics.ops import CANONICAL_NAN_BITS
 
 
 @dataclass

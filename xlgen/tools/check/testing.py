@@ -6,7 +6,7 @@
     def test_backends_agree():
         assert_backends_agree("my_pipeline.xl", workload="my_requests.json")
 
-or, with the `xl_diff` fixture of xlgen's pytest plugin (xlgen.tools.pytest_plugin):
+or, with the `xl_diff` fixture of xlgen's pytest plugin (xlgen.tools.check.pytest_plugin):
 
     def test_backends_agree(xl_diff):
         xl_diff("my_pipeline.xl", inputs=[{"seed": 1}, {"seed": 2}], max_active=2)
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..backends.build import load
+from ...backends.build import load
 from .diff import compare
-from ..runtime import cpu, sim
-from ..runtime.sim import LaunchConfig, RunResult
+from ...runtime import cpu, sim
+from ...runtime.sim import LaunchConfig, RunResult
 
 
 class BackendMismatch(AssertionError):
@@ -37,7 +37,7 @@ class CompanionCheckFailed(AssertionError):
 
 
 def default_backends() -> list[str]:
-    from ..runtime import gpu
+    from ...runtime import gpu
 
     return ["cpu"] + (["gpu"] if gpu.available() else [])
 
@@ -46,7 +46,7 @@ def run_backends(source: str | Path, workload: str | Path | None = None, *, inpu
                  params: dict | None = None, max_active: int | None = None, max_rounds: int | None = None,
                  backends: list[str] | None = None, check_companion: bool = True) -> dict[str, RunResult]:
     """Run a pipeline on the simulator and the given backends; returns {backend: result}."""
-    from .workload import load as load_workload, resolve
+    from ..pipeline.workload import load as load_workload, resolve
 
     compiled = load(source)
     module = compiled.sim_module()
@@ -63,7 +63,7 @@ def run_backends(source: str | Path, workload: str | Path | None = None, *, inpu
     inputs = inputs if inputs is not None else [{}]
     checker = None
     if check_companion:
-        from .companion import InvariantChecker, of_program, params_by_name
+        from ..pipeline.companion import InvariantChecker, of_program, params_by_name
 
         companion = of_program(compiled.program)
         if companion is not None and (companion.of("invariant") or companion.of("reference")):
@@ -74,7 +74,7 @@ def run_backends(source: str | Path, workload: str | Path | None = None, *, inpu
         if backend == "cpu":
             results[backend] = cpu.run(compiled, params, inputs, config)
         elif backend == "gpu":
-            from ..runtime import gpu
+            from ...runtime import gpu
 
             results[backend] = gpu.run(compiled, params, inputs, config)
         else:
@@ -98,7 +98,7 @@ def assert_backends_agree(source: str | Path, workload: str | Path | None = None
         if divergence is not None:
             raise BackendMismatch(divergence.render())
     if checker is not None:
-        from .companion import Run, check_reference
+        from ..pipeline.companion import Run, check_reference
 
         runs = [Run(program, result, checker.params) for result in results.values()]
         for run in runs:
