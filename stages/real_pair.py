@@ -355,7 +355,7 @@ def launch_params(module, weights: dict[str, np.ndarray] | None = None, params: 
         raise RealPairError(f"launch parameter(s) {', '.join(unknown)}: the pipeline has no such parameter "
                             f"(it has: {', '.join(types)})")
     if any(isinstance(v, str) for v in params.values()):  # an enum parameter by member name
-        from .workload import _Invalid, check_value, param_types
+        from xlgen.tools.pipeline.workload import _Invalid, check_value, param_types
 
         kinds = param_types(module)
         for name, value in params.items():
@@ -687,7 +687,7 @@ def plot_policy_trajectories(variants: dict[str, list[Speculation]], path: str |
         ax.set_xlabel("verify step", fontsize=7.5)
     fig.suptitle(title or "Block size chosen per verify step (0: a plain step, no draft)", fontsize=9.5)
     fig.tight_layout()
-    from ..core.files import ensure_directory, write_with
+    from xlgen.core.files import ensure_directory, write_with
 
     path = Path(path)
     ensure_directory(path.parent)

@@ -48,7 +48,7 @@ def run_backend(backend: str, compiled, params, inputs, cfg):
 
         return sim.run(compiled.sim_module(), params, inputs, cfg)
     if backend in ("gpu", "gpu-fast"):
-        from ...runtime import gpu
+        from ....runtime import gpu
 
         return gpu.run(compiled, params, inputs, cfg, mode="fast" if backend == "gpu-fast" else "deterministic")
     return importlib.import_module(f"xlgen.runtime.{backend}").run(compiled, params, inputs, cfg)
@@ -63,7 +63,7 @@ def schedule_free(program) -> bool:
 def fast_mode_problem(program, got) -> str | None:
     """What fast mode must hold whatever the schedule: every request ends with exactly one
     done or error record, its last, and its records run in iteration order."""
-    from ...runtime.sim import KIND_DONE, KIND_ERROR
+    from ....runtime.sim import KIND_DONE, KIND_ERROR
 
     table = got.records
     for req_id in range(len(got.requests)):
