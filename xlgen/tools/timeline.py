@@ -351,7 +351,7 @@ def plot(trace, path, title: str | None = None) -> None:
             depth_of[name] = max(depth_of.get(name, 0), len(stack))
             bars.setdefault(name, {}).setdefault(row, []).append(((start - first) / 1000, max(end - start, 1) / 1000))
             stack.append((start, end))
-    fig, ax = plt.subplots(figsize=(12, 6.5))
+    fig, ax = plt.subplots(figsize=(13, 6.5))
     for name in sorted(bars, key=lambda n: depth_of[n]):  # parents below their parts
         for row, xs in bars[name].items():
             ax.broken_barh(xs, (row, 0.9), facecolors=colours[name], edgecolors="none")
@@ -368,7 +368,7 @@ def plot(trace, path, title: str | None = None) -> None:
     ax.set_title(title or f"{other.get('pipeline', 'kernel')} timeline: {other.get('mode', '')} mode, "
                  f"{len(threads)} teams on {len(sm_rows)} SMs", fontsize=10)
     ax.legend(handles=[Patch(color=colours[n], label=n) for n in sorted(bars, key=lambda n: (depth_of[n], n))],
-              fontsize=7, loc="upper right", ncol=2, framealpha=0.9)
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     try:
         write_with(Path(path), lambda tmp: fig.savefig(tmp, dpi=110))
