@@ -250,6 +250,13 @@ def test_xlgen_profile_prints_the_table_and_refuses_what_is_no_timeline(program,
     out = CliRunner().invoke(main, ["profile", str(tmp_path / "t.json")])
     assert out.exit_code == 0, out.output
     assert "request" in out.output and "spec_verify (stage)" in out.output and "% team time" in out.output
+    zoom = CliRunner().invoke(main, ["profile", str(tmp_path / "t.json"), "--plot", str(tmp_path / "z.png"),
+                                     "--window", "10:30"])
+    assert zoom.exit_code == 0 and (tmp_path / "z.png").read_bytes()[:4] == b"\x89PNG"
+    for window in ("30:10", "a:b", "5"):
+        assert CliRunner().invoke(main, ["profile", str(tmp_path / "t.json"), "--plot", str(tmp_path / "z.png"),
+                                         "--window", window]).exit_code == 2
+    assert CliRunner().invoke(main, ["profile", str(tmp_path / "t.json"), "--window", "1:2"]).exit_code == 2
     (tmp_path / "bad.json").write_text(json.dumps(_trace_of([{"name": "a", "ts": 0, "dur": -1}])))
     bad = CliRunner().invoke(main, ["profile", str(tmp_path / "bad.json")])
     assert bad.exit_code == 2 and "not a valid timeline: event 2 (a): negative duration" in bad.output

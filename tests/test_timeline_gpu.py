@@ -14,7 +14,7 @@ from xlgen.backends.build import load
 from xlgen.tools import timeline as tl
 from xlgen.tools.diff import committed_output_fields, compare, compare_results
 from xlgen.tools.metrics import slot_utilisation
-from xlgen.tools.workload import load, resolve
+from xlgen.tools import workload as workloads
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [
@@ -31,7 +31,7 @@ def compiled():
 
 
 def _run(compiled, workload, sim_result=None, **kwargs):
-    w = load(resolve(workload), compiled.sim_module())
+    w = workloads.load(workloads.resolve(workload), compiled.sim_module())
     result = gpu.run(compiled, w.params, w.inputs, w.config, timeline=True, **kwargs)
     trace = tl.to_trace(result.extra["timeline"], compiled.program)
     return w, result, trace

@@ -445,10 +445,15 @@ def _json_bench(compiled, module, workload, report, result) -> None:
 Examples:
   xlgen run xl_spec -w mixed --timeline t.json      # record: t.json (Chrome trace) and t.png (SM by time)
   xlgen profile t.json                              # where the kernel's time went
+  xlgen profile t.json --plot zoom.png --window 500:600     # the chart of 100 µs of it
 """)
 @click.argument("file", type=click.Path(path_type=Path))
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, metavar="PNG",
+              help="Also draw the SM-by-time chart (of --window only, when given).")
+@click.option("--window", default=None, metavar="FROM:TO",
+              help="With --plot: the µs since the kernel's first event to draw, e.g. 500:600.")
 @_friendly
-def profile(file):
+def profile(file, plot_path, window):
     """Summarise a kernel timeline (from `xlgen run|bench --timeline FILE.json`) as a table.
 
     One row per kind of event, summed over every team (a warp, or a team of warps): each
@@ -460,8 +465,20 @@ def profile(file):
     """
     from ..tools import timeline
 
+    span = None
+    if window is not None:
+        try:
+            span = tuple(float(x) for x in window.split(":"))
+        except ValueError:
+            span = ()
+        if plot_path is None or len(span) != 2 or not 0 <= span[0] < span[1] < float("inf"):
+            raise click.UsageError(f"--window {window}: give FROM:TO in µs, FROM < TO, with --plot")
+    _check_output_path(plot_path, "--plot")
     try:
         trace = timeline.read(file)
     except timeline.TimelineError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(timeline.profile(trace).table())
+    if plot_path is not None:
+        timeline.plot(trace, plot_path, window=span)
+        click.echo(f"SM by time: {plot_path}")

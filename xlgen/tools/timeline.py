@@ -323,9 +323,10 @@ _COLOURS = {"request": "#d9d9d9", "barrier wait": "#f2f2f2", "phase 2": "#bdbdbd
             "admit": "#525252", "lock wait": "#fdd0a2"}
 
 
-def plot(trace, path, title: str | None = None) -> None:
-    """The SM-by-time chart: a row per team, grouped by SM; each event a bar of its colour
-    (parents first, their parts on top); white where a team recorded nothing."""
+def plot(trace, path, title: str | None = None, window: tuple[float, float] | None = None) -> None:
+    """The SM-by-time chart: a row per team that did more than wait at barriers, grouped by SM
+    (the others are counted in the axis label); each event a bar of its colour (parents first,
+    their parts on top); white where a team recorded nothing. `window`: (from, to) in µs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -334,9 +335,14 @@ def plot(trace, path, title: str | None = None) -> None:
 
     from ..core.files import write_with
 
-    spans = _spans(trace["traceEvents"])
+    all_spans = _spans(trace["traceEvents"])
+    first = min((s[0][0] for s in all_spans.values()), default=0)
+    lo, hi = (None, None) if window is None else (first + _ns(window[0]), first + _ns(window[1]))
+    spans = {key: [s for s in thread if window is None or (s[1] >= lo and s[0] <= hi)]
+             for key, thread in all_spans.items()}
+    spans = {key: thread for key, thread in spans.items() if any(e["cat"] != "barrier" for *_x, e in thread)}
+    waiting = len(all_spans) - len(spans)
     threads = sorted(spans)  # by SM, then team
-    first = min((s[0][0] for s in spans.values()), default=0)
     palette = plt.get_cmap("tab20").colors
     colours = dict(_COLOURS)
     bars: dict[str, dict[int, list]] = {}
@@ -362,11 +368,15 @@ def plot(trace, path, title: str | None = None) -> None:
     ticks = [(rows[0], f"SM {pid}") for k, (pid, rows) in enumerate(sorted(sm_rows.items())) if k % step == 0]
     ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=7)
     ax.set_ylim(len(threads), 0)
+    if window is not None:
+        ax.set_xlim(*window)
     ax.set_xlabel("µs since the kernel's first event (%globaltimer)")
-    ax.set_ylabel(f"teams ({len(threads)}), grouped by SM")
+    ax.set_ylabel(f"teams ({len(threads)}), grouped by SM" +
+                  (f"\n({waiting} more only waited at barriers{' here' if window else ''})" if waiting else ""))
     other = trace.get("otherData", {})
     ax.set_title(title or f"{other.get('pipeline', 'kernel')} timeline: {other.get('mode', '')} mode, "
-                 f"{len(threads)} teams on {len(sm_rows)} SMs", fontsize=10)
+                 f"{len(all_spans)} teams on {len({pid for pid, _tid in all_spans})} SMs"
+                 + (f", {window[0]:g}-{window[1]:g} µs" if window else ""), fontsize=10)
     ax.legend(handles=[Patch(color=colours[n], label=n) for n in sorted(bars, key=lambda n: (depth_of[n], n))],
               fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
