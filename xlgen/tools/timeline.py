@@ -216,7 +216,7 @@ class Row:
 
 
 @dataclass
-class Profile:
+class Breakdown:
     rows: list[Row]
     span_us: float  # the kernel's span: earliest start to latest end
     threads: int
@@ -245,13 +245,13 @@ class Profile:
         return "\n".join(lines)
 
 
-def profile(trace) -> Profile:
+def profile(trace) -> Breakdown:
     """Where the teams' time went: each top-level kind (request, barrier wait, phase 2, ...),
     inside it each stage, collective or part, the parent's time outside its parts, and idle
     (a team's share of the kernel's span that no event covers)."""
     spans = _spans(trace["traceEvents"])
     if not spans:
-        return Profile([], 0.0, 0, 0, 0, 0, trace.get("otherData", {}).get("dropped", 0))
+        return Breakdown([], 0.0, 0, 0, 0, 0, trace.get("otherData", {}).get("dropped", 0))
     first = min(s[0][0] for s in spans.values())
     last = max(max(e for _s, e, _ev in s) for s in spans.values())
     span_ns = last - first
@@ -298,7 +298,7 @@ def profile(trace) -> Profile:
     rounds = other.get("rounds") or max((e["args"].get("round", -1) + 1 for t in spans.values() for *_x, e in t),
                                         default=0)
     sms = len({pid for pid, _tid in spans})
-    return Profile(rows, span_ns / 1000, len(spans), sms, int(rounds), sum(len(t) for t in spans.values()),
+    return Breakdown(rows, span_ns / 1000, len(spans), sms, int(rounds), sum(len(t) for t in spans.values()),
                    int(other.get("dropped", 0)))
 
 
