@@ -155,8 +155,9 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
     for variant in variants:
         walls, kernels, last = [], [], None
         for i in range(repeats + 1):
+            extra = {"timeline": True} if variant == "mega-timeline" else {}
             last = gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=_MODE[variant],
-                           timeout=timeout, timeline=variant == "mega-timeline")
+                           timeout=timeout, **extra)
             if i > 0:  # the first run is a warm-up (module load, graph capture, allocator)
                 walls.append(last.extra["timing"].wall_ms)
                 kernels.append(last.extra["timing"].kernel_ms)
