@@ -378,6 +378,7 @@ GENERIC = {
     "decode",  # bytes.decode
     "iterations",  # loop iterations in the checker's messages
     "DONE",  # the grammar's `done` keyword, as a terminal name
+    "profile",  # the `xlgen profile` command: where a kernel timeline's time went (issue 27)
 }
 _PATH = re.compile(r"[\w./-]+\.(?:md|py|xl|json|png)\b")
 

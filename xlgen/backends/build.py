@@ -49,11 +49,25 @@ def render(program: ir.Program) -> dict[str, str]:
         f"{name}_sim.py": env.get_template("sim.py.j2").render(**common, **PyEmitter(program).context()),
         f"{name}_kernel.cuh": env.get_template("kernel.cuh.j2").render(**common, **cpp),
         f"{name}_cpu.cpp": env.get_template("cpu.cpp.j2").render(**common, **cpp),
-        f"{name}_gpu.cu": env.get_template("gpu.cu.j2").render(**common, **cpp),
+        f"{name}_gpu.cu": env.get_template("gpu.cu.j2").render(**common, **cpp, timeline=False),
     }
+    return {fname: _utf8(text) for fname, text in files.items()}
+
+
+def _utf8(text: str) -> str:
     # A file name that is not UTF-8 (its odd bytes are surrogates in Python) shows up in comments
     # and messages: '?' for those bytes keeps every generated file valid UTF-8.
-    return {fname: text.encode("utf-8", "replace").decode("utf-8") for fname, text in files.items()}
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def render_gpu_timeline(program: ir.Program) -> str:
+    """NAME_gpu.cu with the kernel timeline compiled in (`--timeline`, runtime/xl_timeline.cuh).
+    Not a file `xlgen build` writes: without --timeline the kernel is exactly NAME_gpu.cu."""
+    from .emit_cpp import CppEmitter
+
+    common = {"version": __version__, "source": display_source(program)}
+    return _utf8(environment().get_template("gpu.cu.j2").render(**common, **CppEmitter(program).context(),
+                                                                  timeline=True))
 
 
 def write_if_different(path: Path, text: str, write: bool = True) -> str:
@@ -117,6 +131,14 @@ class Compiled:
     @property
     def name(self) -> str:
         return self.program.name
+
+    def timeline_gpu_path(self) -> Path:
+        """NAME_gpu_timeline.cu in the cache dir, written on first use (render_gpu_timeline)."""
+        path = self.dir / f"{self.name}_gpu_timeline.cu"
+        if not getattr(self, "_timeline_written", False):
+            write_if_different(path, render_gpu_timeline(self.program))
+            self._timeline_written = True
+        return path
 
     def sim_module(self):
         if self._sim is None:

@@ -148,7 +148,7 @@ def _parse_param(module, item: str):
 
 
 def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None,
-                 observer=None, team_warps: int | None = None):
+                 observer=None, team_warps: int | None = None, timeline: bool = False):
     from ..runtime import cpu, sim
 
     if backend == "sim":
@@ -163,7 +163,7 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
     mode = "fast" if backend == "gpu-fast" else "deterministic"
     try:
         return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout,
-                       team_warps=team_warps)
+                       team_warps=team_warps, timeline=timeline)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
         sys.exit(EXIT_HANG)
@@ -410,3 +410,34 @@ def _json_result(json_path, command: str, file):
             results.write(json_path, results.finish(doc, 1))
         raise
     results.write(json_path, results.finish(doc, 0))
+
+
+def _timeline_option(fn):
+    return click.option(
+        "--timeline", "timeline_path", type=click.Path(path_type=Path), default=None, metavar="FILE.json",
+        help="Record the mega-kernel's timeline (a build with device timestamps per team, stage, round, phase 2 "
+             "and barrier wait) and write it as a Chrome trace (open in ui.perfetto.dev) and FILE.png, SM by "
+             "time; `xlgen profile FILE.json` summarises it (docs/gpu.md, \"Timeline\").")(fn)
+
+
+def _check_timeline_path(path) -> None:
+    if path is not None:
+        from ..tools.measure.timeline import png_path
+
+        _check_output_path(path, "--timeline")
+        _check_output_path(png_path(path), "--timeline (its chart)")
+
+
+def _write_timeline(path, compiled, workload, result, extra: dict | None = None) -> None:
+    """The run's timeline as a trace and a chart; one line says where, and what was dropped."""
+    from ..tools.measure import timeline
+
+    timing = result.extra["timing"]
+    meta = {"pipeline": compiled.name, "workload": workload.name, "requests": len(workload.inputs),
+            "kernel_ms": timing.kernel_ms, "wall_ms": timing.wall_ms}
+    trace = timeline.to_trace(result.extra["timeline"], compiled.program, dict(meta, **(extra or {})))
+    chart = timeline.write(trace, path)
+    click.echo(timeline.summary_line(trace, path, chart))
+    problems = timeline.check_trace(trace)
+    if problems:  # an xlgen bug, not the user's: say so without failing the run
+        click.echo(f"timeline: warning: the trace fails its check: {problems[0]}", err=True)

@@ -8,7 +8,7 @@ from ..tools.progress import progress_bar
 from ..tools.pipeline import tool_options as tools
 from ..tools.pipeline.tool_options import INVARIANTS_OPTION, report_options
 from .group import BACKENDS, SourceFile, EXIT_HANG, EXIT_MISMATCH, EXIT_OK, EXIT_REQUESTS_FAILED, _friendly, main
-from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _json_doc, _json_results, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _workload_options
+from .launch import AsciiInt, Seconds, _GPUS_OPTIONS, _SIM_TIMEOUT, _check_output_path, _check_show, _check_timeline_path, _json_doc, _json_results, _prepare, _print_metrics, _requests_failed, _run_backend, _sharded, _show_value, _summary, _timeline_option, _workload_options, _write_timeline
 
 
 @main.command(epilog="""\b
@@ -205,6 +205,7 @@ Examples:
   xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
   xlgen run examples/gemv/gemv.xl --weights w.npz --team-warps 8      # 8 warps per request
   xlgen run xl_spec -w mixed --json run.json           # the bundled pipeline; results as JSON
+  xlgen run xl_spec -w mixed --timeline t.json         # the kernel's timeline: t.json (Perfetto), t.png
 """)
 @click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
@@ -215,18 +216,20 @@ Examples:
               help="Warps per request (deterministic mode): a block of W warps serves each request, its lanes "
                    "loops spread over them (docs/gpu.md). Default 1, or $XLGEN_TEAM_WARPS.")
 @report_options
+@_timeline_option
 @_GPUS_OPTIONS
 @_friendly
 @_json_results("run")
 def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, team_warps, reports, plots,
-            kv_report, kv_plot, gpus=None, address=None):
+            kv_report, kv_plot, timeline_path, gpus=None, address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
     --report and --plot (the companion's) need deterministic mode: in fast mode a
     trace record carries its request's own iteration, not a round of the whole batch.
     --gpus N shards the requests over N GPUs (round-robin by request id; a
     mega-kernel and a KV pool per GPU; docs/sweep.md) and prints per-GPU and
-    total tokens/s. Exit codes: 0 every request finished without error, 2 usage,
+    total tokens/s. --timeline FILE.json records where the kernel's time went (docs/gpu.md,
+    "Timeline"; one GPU). Exit codes: 0 every request finished without error, 2 usage,
     3 stopped at --timeout (a hang), 4 a request failed (docs/workloads.md, "Exit codes").
     """
     want = tools.wanted(reports, plots, kv_report, kv_plot)
@@ -239,6 +242,9 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
     if team_warps is not None and (mode != "deterministic" or gpus is not None):
         raise click.UsageError("--team-warps runs in --mode deterministic on one GPU (not with --mode fast or --gpus)")
+    if timeline_path is not None and gpus is not None:
+        raise click.UsageError("--timeline records one kernel on one GPU; leave out --gpus")
+    _check_timeline_path(timeline_path)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
         run = _sharded(lambda pool: pool.run(workload, timeout=timeout), compiled, file, gpus,
@@ -249,11 +255,14 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         sys.exit(EXIT_REQUESTS_FAILED if _requests_failed(run.result) else EXIT_OK)
     tools.check_wanted(compiled, module, workload, want, _check_output_path)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout,
-                          team_warps=int(team_warps) if team_warps is not None else None)
+                          team_warps=int(team_warps) if team_warps is not None else None,
+                          timeline=timeline_path is not None)
     timing = result.extra["timing"]
     click.echo(_summary(compiled, result, workload.config.max_active))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "
-               f"{timing.barriers} grid barriers")
+               f"{timing.barriers} grid barriers" + (" (timeline build)" if timeline_path is not None else ""))
+    if timeline_path is not None:
+        _write_timeline(timeline_path, compiled, workload, result)
     _print_metrics(compiled, module, workload, result, result.extra.get("round_end_ns"))
     tools.produce(compiled, module, workload, result, want)
     _json_run(compiled, module, workload, result)
@@ -359,23 +368,29 @@ Examples:
   xlgen bench xl_spec -w mixed --json bench.json      # the bundled pipeline; results as JSON
   xlgen bench stages/xl_spec.xl -w kv_pressure          # with the companion's KV cache metrics
   xlgen bench stages/xl_spec.xl -w mixed --count 10000 --gpus 2 --json gpus.json   # 1 GPU vs 2
+  xlgen bench xl_spec -w mixed --timeline t.json       # + the timeline build, its cost, its trace
 """)
 @click.argument("file", type=SourceFile(bundled=True))
 @_workload_options
 @click.option("--repeats", type=AsciiInt(1, 10_000), default=5, show_default=True,
               help="Timed runs per variant (after a warm-up), 1..10000.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), default=None, help="Write a markdown table.")
+@_timeline_option
 @_GPUS_OPTIONS
 @_friendly
 @_json_results("bench")
-def bench(file, workload_name, count, max_active, param_overrides, repeats, md_path, gpus=None, address=None):
+def bench(file, workload_name, count, max_active, param_overrides, repeats, md_path, timeline_path, gpus=None,
+          address=None):
     """Time the mega-kernel against a host-launched loop and CUDA-graph replay built from the same IR (GPU).
 
     The report includes the batch's slot utilisation (busy request-rounds over
     max_active x rounds) and the requests that failed. With --gpus N: the
     deterministic mega-kernel on one GPU against the requests sharded over N GPUs
     (per-GPU and total tokens/s; committed tokens checked equal to the 1-GPU run's
-    and to plain greedy decoding's). Exit codes: 0 all variants agree and every
+    and to plain greedy decoding's). --timeline FILE.json adds the variant
+    mega-timeline (the deterministic kernel built with its timeline: the line after the
+    table says what it costs) and writes its last run's timeline (docs/gpu.md, "Timeline").
+    Exit codes: 0 all variants agree and every
     request finished, 1 a variant disagrees, 2 usage, 3 stopped at the timeout (a
     hang), 4 a request failed (docs/workloads.md, "Exit codes"). --json FILE writes
     the report, the reference run's per-request results and every metric as data
@@ -388,6 +403,9 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     _check_output_path(md_path, "--markdown")
     if gpus is None and address is not None:
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
+    if timeline_path is not None and gpus is not None:
+        raise click.UsageError("--timeline records one kernel on one GPU; leave out --gpus")
+    _check_timeline_path(timeline_path)
     compiled, module, workload = _prepare(file, workload_name, count, max_active, param_overrides)
     if gpus is not None:
         from ..tools.measure.multigpu import bench_sharded
@@ -404,11 +422,14 @@ def bench(file, workload_name, count, max_active, param_overrides, repeats, md_p
     if not gpu.available():
         raise click.UsageError("xlgen bench needs CuPy and an NVIDIA GPU (`xlgen doctor` says how to install them)")
     try:
-        report = run_bench(compiled, workload, repeats=repeats)
+        report = run_bench(compiled, workload, repeats=repeats, timeline=timeline_path is not None)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
         sys.exit(EXIT_HANG)
     click.echo(report.table())
+    if timeline_path is not None:
+        click.echo(report.timeline_cost())
+        _write_timeline(timeline_path, compiled, workload, report.timeline_result, {"bench": report.timeline_cost()})
     _json_bench(compiled, module, workload, report, getattr(report, "reference_result", None))
     if md_path:
         write_atomically(md_path, report.markdown() + "\n")
@@ -434,3 +455,46 @@ def _json_bench(compiled, module, workload, report, result) -> None:
         else:  # --gpus N: the sharded run's committed tokens against the 1-GPU run's
             doc["comparisons"] = [{"reference": "1 GPU", "backend": f"{report.gpus} GPUs",
                                    "identical": report.identical, "compared": "output", "divergence": None}]
+
+
+@main.command(epilog="""\b
+Examples:
+  xlgen run xl_spec -w mixed --timeline t.json      # record: t.json (Chrome trace) and t.png (SM by time)
+  xlgen profile t.json                              # where the kernel's time went
+  xlgen profile t.json --plot zoom.png --window 500:600     # the chart of 100 µs of it
+""")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, metavar="PNG",
+              help="Also draw the SM-by-time chart (of --window only, when given).")
+@click.option("--window", default=None, metavar="FROM:TO",
+              help="With --plot: the µs since the kernel's first event to draw, e.g. 500:600.")
+@_friendly
+def profile(file, plot_path, window):
+    """Summarise a kernel timeline (from `xlgen run|bench --timeline FILE.json`) as a table.
+
+    One row per kind of event, summed over every team (a warp, or a team of warps): each
+    request's phase 1 and inside it each stage; the barrier wait (arrival to release:
+    waiting for the slowest team, and for phase 2); phase 2 (block 0) and inside it each
+    arbiter or collective stage, the retire checks and admission; in fast mode the lock wait;
+    and idle, a team's share of the kernel's span that no event covers. The trace is checked
+    first (valid, nested, monotonic). Exit codes: 0, 2 not a timeline (or unreadable).
+    """
+    from ..tools.measure import timeline
+
+    span = None
+    if window is not None:
+        try:
+            span = tuple(float(x) for x in window.split(":"))
+        except ValueError:
+            span = ()
+        if plot_path is None or len(span) != 2 or not 0 <= span[0] < span[1] < float("inf"):
+            raise click.UsageError(f"--window {window}: give FROM:TO in µs, FROM < TO, with --plot")
+    _check_output_path(plot_path, "--plot")
+    try:
+        trace = timeline.read(file)
+    except timeline.TimelineError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(timeline.profile(trace).table())
+    if plot_path is not None:
+        timeline.plot(trace, plot_path, window=span)
+        click.echo(f"SM by time: {plot_path}")

@@ -46,14 +46,19 @@ def available() -> bool:
         return False
 
 
-def single_source(compiled) -> str:
+def single_source(compiled, timeline: bool = False) -> str:
     """One translation unit (so the content hash covers everything), with #line
-    directives so compiler messages name the generated files and their lines."""
+    directives so compiler messages name the generated files and their lines. With
+    `timeline`, the kernel timeline's build (xl_timeline.cuh, NAME_gpu_timeline.cu)."""
     parts = []
-    for path in (runtime_dir() / "xl_runtime.cuh", compiled.dir / f"{compiled.name}_kernel.cuh",
-                 compiled.dir / f"{compiled.name}_gpu.cu"):
+    paths = [runtime_dir() / "xl_runtime.cuh", compiled.dir / f"{compiled.name}_kernel.cuh"]
+    if timeline:
+        paths += [runtime_dir() / "xl_timeline.cuh", compiled.timeline_gpu_path()]
+    else:
+        paths += [compiled.dir / f"{compiled.name}_gpu.cu"]
+    for path in paths:
         text = path.read_text()
-        text = re.sub(r'^#include "(xl_runtime\.cuh|\w+_kernel\.cuh)"\s*$', "", text, flags=re.M)
+        text = re.sub(r'^#include "(xl_runtime\.cuh|xl_timeline\.cuh|\w+_kernel\.cuh)"\s*$', "", text, flags=re.M)
         text = text.replace("#pragma once", "")
         parts.append(f'#line 1 "{path}"\n{text}')
     return "\n".join(parts)
@@ -110,14 +115,15 @@ def nvrtc_compile(source: str, name: str, options: tuple[str, ...]) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
-def compile_module(compiled, team_warps: int = 1) -> CompiledModule:
-    """Compile NAME_gpu.cu for this device, cached by content hash (in memory and as a cubin)."""
+def compile_module(compiled, team_warps: int = 1, timeline: bool = False) -> CompiledModule:
+    """Compile NAME_gpu.cu (with `timeline`, its timeline build) for this device, cached by
+    content hash (in memory and as a cubin)."""
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
     mode = request_mode(request_bytes(compiled), team_warps)
     options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode)
-    source = single_source(compiled)
+    source = single_source(compiled, timeline)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     if key in _MODULES:
         return _MODULES[key]
@@ -259,18 +265,61 @@ def grid_size(kernel, shared_bytes: int, useful_warps: int, threads: int = THREA
 
 MODES = ("deterministic", "fast", "host-loop", "graph")
 
+# The kernel timeline (xl_timeline.cuh): words per event and per team header, and the buffer's
+# bounds. A team's slice holds what TIMELINE_ROUNDS rounds of its share of the batch write; a
+# run that wrote more is repeated once with room for all, within TIMELINE_MAX_BYTES.
+TIMELINE_WORDS, TIMELINE_HEADER_WORDS = 8, 4
+TIMELINE_ROUNDS = 512
+TIMELINE_MIN_EVENTS = 1024
+TIMELINE_MAX_BYTES = 1 << 30
+
+
+@dataclass
+class TimelineBuffers:
+    """What the timeline build of a kernel wrote (xlgen/tools/measure/timeline.py turns it into a trace):
+    `events[team, k]` one event of TIMELINE_WORDS words (kind, stage, round, request, start ns
+    low and high word, end ns low and high word); `headers[team]`: events the team tried to
+    write (beyond `capacity` they were dropped), %smid, block, warp in the block."""
+
+    events: np.ndarray  # (teams, capacity, TIMELINE_WORDS) uint32
+    headers: np.ndarray  # (teams, TIMELINE_HEADER_WORDS) uint32
+    capacity: int
+    mode: str
+    team_warps: int
+    grid: int
+    threads: int
+
+    @property
+    def dropped(self) -> int:
+        return int(np.maximum(self.headers[:, 0].astype(np.int64) - self.capacity, 0).sum())
+
+
+def timeline_capacity(program, teams: int, requests: int, max_active: int, mode: str) -> int:
+    """Events per team: TIMELINE_ROUNDS rounds (fast mode: iterations of each request) of what
+    one team writes in a round, a request and its stages for each of its share of the batch,
+    its barrier, and in block 0 phase 2 and its parts; within TIMELINE_MAX_BYTES in all."""
+    stages = len(program.per_request_stages)
+    share = -(-(requests if mode == "fast" else min(max_active, requests)) // max(1, teams))
+    per_round = share * (stages + 3) + 4 + len(program.phase2_stages)
+    most = TIMELINE_MAX_BYTES // (4 * TIMELINE_WORDS * max(1, teams))
+    return int(max(TIMELINE_MIN_EVENTS, min(most, per_round * TIMELINE_ROUNDS)))
+
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
         mode: str = "deterministic", timeout: float = 120.0, grid: int | None = None,
-        team_warps: int | None = None) -> RunResult:
+        team_warps: int | None = None, timeline: bool = False) -> RunResult:
     """Run a pipeline on the GPU. Modes: the persistent mega-kernel (`deterministic`,
     `fast`), or the baselines built from the same stage code: `host-loop` (a kernel
     per stage per round, host sync and flag read-back each round) and `graph`
-    (one round captured as a CUDA graph, replayed until done)."""
+    (one round captured as a CUDA graph, replayed until done). With `timeline` (the
+    mega-kernel only) the kernel is built with its timeline, and result.extra["timeline"]
+    holds what it recorded (TimelineBuffers)."""
     import cupy
 
     if mode not in MODES:
         raise ValueError(f"unknown mode '{mode}' ({', '.join(MODES)})")
+    if timeline and mode not in ("deterministic", "fast"):
+        raise ValueError(f"a timeline records the mega-kernel (deterministic or fast), not '{mode}'")
     module = compiled.sim_module()
     config = config or LaunchConfig()
     config.validate()  # never truncated to int32
@@ -290,7 +339,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         raise ValueError(f"a team of {team} warps per request runs in deterministic mode only, not '{mode}'")
     if team > 1 and request_mode(req_dtype.itemsize, team) == 2:
         raise ValueError("a team of several warps needs XL_REQUEST_IN_SHARED 0 or 1, not 2")
-    cu = compile_module(compiled, team)
+    cu = compile_module(compiled, team, timeline)
     persistent = mode in ("deterministic", "fast")
     kernel = cu.get_function({"deterministic": "xl_run_deterministic", "fast": "xl_run_fast"}.get(mode, "xl_step_begin"))
     shared_bytes = request_shared_bytes(req_dtype.itemsize, team)
@@ -305,6 +354,9 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise
+    teams = blocks if team > 1 else blocks * threads // 32
+    tl_capacity = timeline_capacity(compiled.program, teams, n, config.max_active, mode) if timeline else 0
+    tl_retried = False
     flags = _MappedFlags()
     try:
         while True:
@@ -318,20 +370,32 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
                 packed = params_array(module, p, tensors, {name: a.data.ptr for name, a in pools.items()})
                 d = _Buffers(cupy, reqs_host, shared_host, packed, n, config, capacity, width, blocks * threads // 32,
                              words, overflow)
+                tl_buffer = (cupy.zeros(teams * (tl_capacity * TIMELINE_WORDS + TIMELINE_HEADER_WORDS), dtype=np.uint32)
+                             if timeline else None)
                 stream.synchronize()
             flags.view[:] = 0
             if persistent:
+                extra_args = (tl_buffer, np.uint32(tl_capacity)) if timeline else ()
                 timing = _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity,
-                                            flags, stream, timeout, compiled)
+                                            flags, stream, timeout, compiled, extra_args)
             else:
                 timing = _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream,
                                           timeout, use_graph=mode == "graph")
             count = int(d.count.get(stream=stream)[0])
             lost = int(d.coll[1].get(stream=stream))  # a collective stage's notes overflowed: run again, larger
-            if count <= capacity and not lost:
+            tl_more = 0
+            if timeline:
+                tl_headers = tl_buffer[teams * tl_capacity * TIMELINE_WORDS:].reshape(teams, TIMELINE_HEADER_WORDS)
+                tl_tried = int(tl_headers[:, 0].max().get(stream=stream))
+                if tl_tried > tl_capacity and teams * tl_tried * TIMELINE_WORDS * 4 <= TIMELINE_MAX_BYTES \
+                        and not tl_retried:
+                    tl_more = tl_tried  # once: a run that still overflows says so (TimelineBuffers.dropped)
+            if count <= capacity and not lost and not tl_more:
                 break
             capacity = max(capacity, count)
             overflow *= 4 if lost else 1
+            if tl_more:
+                tl_capacity, tl_retried = tl_more, True
         ctl = d.ctl.get()
         table = d.records[:count].get()
         order = np.argsort(table[:, 0], kind="stable")
@@ -341,6 +405,12 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         rounds = int(ctl.view(np.int32)[4])
         timing.barriers = int(ctl[10]) | (int(ctl[11]) << 32)
         stamps = d.round_end_ns[: min(rounds + 1, d.round_cap)].get()
+        if timeline:
+            host = tl_buffer.get()
+            split = teams * tl_capacity * TIMELINE_WORDS
+            tl = TimelineBuffers(host[:split].reshape(teams, tl_capacity, TIMELINE_WORDS),
+                                 host[split:].reshape(teams, TIMELINE_HEADER_WORDS), tl_capacity, mode, team,
+                                 blocks, threads)
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
@@ -349,6 +419,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
     result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps
+    if timeline:
+        result.extra["timeline"] = tl
     return result
 
 
@@ -411,7 +483,7 @@ def collective_words(program, shared_words: int, config, n: int, mode: str, over
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,
-                       compiled):
+                       compiled, extra_args=()):
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     t0 = time.perf_counter()
     with stream:
@@ -419,7 +491,7 @@ def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config
         kernel((blocks,), (threads,),
                (d.reqs, d.shared, d.params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds),
                 d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count, np.uint64(flags.device_ptr),
-                d.where, d.coll),
+                d.where, d.coll) + extra_args,
                shared_mem=shared_bytes, enable_cooperative_groups=True)  # every block resident: grid barriers
         end.record(stream)
     _wait(end, timeout, flags, d.where, d.ctl, compiled, stream)

@@ -23,7 +23,8 @@ from ..pipeline.metrics import output_count
 from ...runtime.sim import RunResult
 
 VARIANTS = ("mega-deterministic", "mega-fast", "host-loop", "graph")
-_MODE = {"mega-deterministic": "deterministic", "mega-fast": "fast", "host-loop": "host-loop", "graph": "graph"}
+_MODE = {"mega-deterministic": "deterministic", "mega-fast": "fast", "host-loop": "host-loop", "graph": "graph",
+         "mega-timeline": "deterministic"}  # mega-timeline: the deterministic kernel's timeline build
 
 
 @dataclass
@@ -59,6 +60,7 @@ class BenchReport:
     device: str
     variants: list[VariantResult]
     metrics: dict = field(default_factory=dict)
+    repeats: int = 0
 
     def speedup(self, baseline: str, over: str = "mega-deterministic") -> float:
         by = {v.variant: v for v in self.variants}
@@ -70,6 +72,15 @@ class BenchReport:
             d["tokens_per_s"] = v.tokens_per_s
             d["launches_per_token"] = v.launches_per_token
         return out
+
+    def timeline_cost(self) -> str:
+        """What the timeline build costs against the kernel without it (medians of the same runs)."""
+        by = {v.variant: v for v in self.variants}
+        plain, timed = by["mega-deterministic"], by["mega-timeline"]
+        return (f"timeline cost: wall {timed.wall_ms_median:.3f} ms against {plain.wall_ms_median:.3f} ms "
+                f"({100 * (timed.wall_ms_median / plain.wall_ms_median - 1):+.1f}%), kernel "
+                f"{timed.kernel_ms_median:.3f} ms against {plain.kernel_ms_median:.3f} ms "
+                f"({100 * (timed.kernel_ms_median / plain.kernel_ms_median - 1):+.1f}%), medians of {self.repeats} runs")
 
     def table(self) -> str:
         ref = {v.variant: v for v in self.variants}.get("mega-deterministic")
@@ -126,23 +137,34 @@ def pipeline_metrics(compiled, workload, result: RunResult) -> dict:
                            result.extra.get("round_end_ns"))
 
 
-def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0) -> BenchReport:
+def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: float = 120.0,
+              timeline: bool = False) -> BenchReport:
+    """Every variant in turn, `repeats` timed runs each after a warm-up. With `timeline`,
+    mega-timeline too, right after mega-deterministic (report.timeline_result: its last run)."""
     import cupy
 
     from ...runtime import gpu
 
+    if timeline:
+        variants = tuple(variants)
+        at = variants.index("mega-deterministic") + 1 if "mega-deterministic" in variants else 0
+        variants = variants[:at] + ("mega-timeline",) + variants[at:]
     reference = None
+    timeline_result = None
     results = []
     for variant in variants:
         walls, kernels, last = [], [], None
         for i in range(repeats + 1):
+            extra = {"timeline": True} if variant == "mega-timeline" else {}
             last = gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=_MODE[variant],
-                           timeout=timeout)
+                           timeout=timeout, **extra)
             if i > 0:  # the first run is a warm-up (module load, graph capture, allocator)
                 walls.append(last.extra["timing"].wall_ms)
                 kernels.append(last.extra["timing"].kernel_ms)
         if reference is None:
             reference = last
+        if variant == "mega-timeline":
+            timeline_result = last
         same = (compare_results(compiled.program, reference, last, committed_output_fields(compiled.program))
                 if variant == "mega-fast"
                 else compare(compiled.program, reference, last)) is None
@@ -156,8 +178,10 @@ def run_bench(compiled, workload, repeats: int = 5, variants=VARIANTS, timeout: 
         metrics.update(pipeline_metrics(compiled, workload, reference))
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = name.decode() if isinstance(name, bytes) else str(name)
-    report = BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics)
+    report = BenchReport(workload.name, len(workload.inputs), workload.config.max_active, device, results, metrics,
+                         repeats)
     report.reference_result = reference  # the deterministic run the others are compared with (not in to_json)
+    report.timeline_result = timeline_result  # mega-timeline's last run (not in to_json)
     return report
 
 
