@@ -318,6 +318,54 @@ def test_arithmetic_errors_give_the_operands(backend):
     ]
 
 
+UNSIGNED = """pipeline unsigned
+tensor w: f32[2, 3]
+pool kv: i32[2, 4] owned by owner
+
+shared {
+    owner: i32[2]
+}
+
+request {
+    which: i32
+    u: u32
+    n: i32
+    b: i32[40]
+    c: i32[30]
+    got: f32
+    g: i32
+    done_flag: bool
+}
+
+stage go when !done_flag {
+    done_flag = true
+    if which == 0 {
+        got = w[1, u]
+    } elif which == 1 {
+        g = kv[u, 0]
+    } else {
+        lanes for i in 0..n {
+            b[i] = c[i as u32]
+        }
+    }
+}
+
+done when done_flag
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_unsigned_index_is_reported_as_the_u32_it_is(backend):
+    """Tensor and pool indices are not converted to int32_t before their check (fuzz seed 1300074)."""
+    inputs = [{"which": 0, "u": 7}, {"which": 1, "u": 0x80000000}, {"which": 2, "n": 35}]
+    compiled, result = run_everywhere(backend, UNSIGNED, inputs, {"w": np.zeros((2, 3), np.float32)})
+    assert [m.split("runtime error in stage go ")[1] for m in error_messages(compiled, result)] == [
+        "(line 23): index 7 out of range for dimension 1 of tensor 'w' (length 3)",
+        "(line 25): index 2147483648 out of range for dimension 0 of pool 'kv' (length 2)",
+        "(line 28): index 30 out of range for 'c' (length 30)",
+    ]
+
+
 def test_an_error_record_holds_its_parts_in_order():
     compiled, result = run_everywhere("cpu", ARRAYS, [{"which": 2, "i": 1, "k": -2}],
                                       {"w": np.zeros((3, 4), np.float32)})

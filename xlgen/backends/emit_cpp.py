@@ -64,11 +64,13 @@ class CppEmitter:
             return NEVER
         return CHECKED_COPY if proof == ranges.IN_FAST_PATH and self.fast else ALWAYS
 
-    def _index(self, node, k, code: str, length: int, where: int, checked=True) -> str:
-        """An index checked against `length` unless proved in range; `where` is the check's site."""
+    def _index(self, node, k, code: str, length: int, where: int, checked=True, as_int=False) -> str:
+        """An index checked against `length` unless proved in range; `where` is the check's site.
+        as_int: an index proved in range is converted to int32_t (xl_idx gives one; the index
+        itself goes to it unconverted, so a u32 out of range is reported as the u32 it is)."""
         level = self._check(node, k, checked)
         if level == NEVER:
-            return code
+            return f"(int32_t)({code})" if as_int else code
         runner = "xl_idx_v(xl_chk, " if level == CHECKED_COPY else "xl_idx("
         return f"{runner}{self._sink()}, {code}, {length}, {where})"
 
@@ -134,7 +136,7 @@ class CppEmitter:
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self._index(e, k, f"(int32_t)({self.expr(index)})", dim, self.site_of("tensor", e.tensor, k), checked)
+            code = self._index(e, k, self.expr(index), dim, self.site_of("tensor", e.tensor, k), checked, as_int=True)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.cpp(e.tensor)}[{flat}]"
 
@@ -142,7 +144,7 @@ class CppEmitter:
         """The flat position of a pool element: each index checked against its dimension, then
         the page's owner (the key after every index's: §13.3's order), row-major."""
         name = e.pool.name
-        codes = [self._index(e, k, f"(int32_t)({self.expr(index)})", dim, self.site_of("pool", name, k), checked)
+        codes = [self._index(e, k, self.expr(index), dim, self.site_of("pool", name, k), checked, as_int=True)
                  for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
         owner = self.expr(self.program.pool_owner(e.pool))
         flat = f"xl_pool_page({self._sink()}, {self.site_of('pool', name)}, {owner}, req_id, {codes[0]})"

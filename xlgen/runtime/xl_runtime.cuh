@@ -212,6 +212,11 @@ XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t i
     if constexpr (On) return xl_idx(e, k, line, i, n, site);
     return i;
 }
+template <bool On>
+XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n, int32_t site) {
+    if constexpr (On) return xl_idx(e, k, line, i, n, site);
+    return (int32_t)i;
+}
 // Integer division by a divisor proved non-zero (INT_MIN / -1 still wraps).
 XL_HD int32_t xl_div_nz(int32_t a, int32_t b) { return b == -1 ? xl_neg(a) : a / b; }
 XL_HD int32_t xl_rem_nz(int32_t a, int32_t b) { return b == -1 ? 0 : a % b; }
