@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from . import cpp_ops, names, ranges
 from ..core import ir
-from ..core.subjects import SubjectIds
-from ..semantics.ops import ERROR_WORDS, site
+from ..core.subjects import Sites
+from ..semantics.ops import ERROR_WORDS
 from .layout import collective_frame_words, slots
 
 IND = "    "
@@ -44,16 +44,11 @@ class CppEmitter:
         self.proofs = ranges.Proofs()  # the checks of the code being emitted that cannot fail
         self.fast = False  # in a versioned lanes loop's body: `xl_chk` is its XlCheck
         self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
-        self.subject_ids = SubjectIds(program)
+        self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
 
     def array_site(self, base: ir.Var) -> int:
-        """The site of an index check on an array (docs/semantics.md §12)."""
-        return site(self.subject_ids.of_var(base, self.in_function))
-
-    def site_of(self, kind: str, name: str, position: int = 0) -> int:
-        """The site of a check on a tensor's or pool's dimension `position`."""
-        return site(self.subject_ids.of(kind, name), position)
+        return self.sites.array(base, self.in_function)
 
     # ---- which checks remain (ranges.py) ----------------------------------------------
 
@@ -136,7 +131,7 @@ class CppEmitter:
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self._index(e, k, self.expr(index), dim, self.site_of("tensor", e.tensor, k), checked, as_int=True)
+            code = self._index(e, k, self.expr(index), dim, self.sites.of("tensor", e.tensor, k), checked, as_int=True)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.cpp(e.tensor)}[{flat}]"
 
@@ -144,10 +139,10 @@ class CppEmitter:
         """The flat position of a pool element: each index checked against its dimension, then
         the page's owner (the key after every index's: §13.3's order), row-major."""
         name = e.pool.name
-        codes = [self._index(e, k, self.expr(index), dim, self.site_of("pool", name, k), checked, as_int=True)
+        codes = [self._index(e, k, self.expr(index), dim, self.sites.of("pool", name, k), checked, as_int=True)
                  for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
         owner = self.expr(self.program.pool_owner(e.pool))
-        flat = f"xl_pool_page({self._sink()}, {self.site_of('pool', name)}, {owner}, req_id, {codes[0]})"
+        flat = f"xl_pool_page({self._sink()}, {self.sites.of('pool', name)}, {owner}, req_id, {codes[0]})"
         for code, dim in zip(codes[1:], e.pool.dims[1:]):
             flat = f"({flat}) * {dim} + {code}"
         return flat

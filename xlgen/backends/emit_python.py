@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from ..core import ir
 from ..core.ir import may_raise
-from ..core.subjects import SubjectIds
+from ..core.subjects import Sites
 from . import names
 from ..semantics import py_ops
-from ..semantics.ops import site
 from .emit_vec import VecEmitter
 from .layout import slots
 
@@ -23,16 +22,11 @@ class PyEmitter:
     def __init__(self, program: ir.Program):
         self.program = program
         self.in_collective = False  # emitting a collective stage: shared writes go through `xw`
-        self.subject_ids = SubjectIds(program)
+        self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
 
     def array_site(self, base: ir.Var) -> int:
-        """The site of an index check on an array (docs/semantics.md §12)."""
-        return site(self.subject_ids.of_var(base, self.in_function))
-
-    def site_of(self, kind: str, name: str, position: int = 0) -> int:
-        """The site of a check on a tensor's or pool's dimension `position`."""
-        return site(self.subject_ids.of(kind, name), position)
+        return self.sites.array(base, self.in_function)
 
     # ---- expressions -------------------------------------------------------------
 
@@ -67,21 +61,21 @@ class PyEmitter:
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
             code = self.expr(index)
             if checked:
-                code = f"check_index({code}, {dim}, {self.site_of('tensor', e.tensor, k)})"
+                code = f"check_index({code}, {dim}, {self.sites.of('tensor', e.tensor, k)})"
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"float(p.{names.py(e.tensor)}[{flat}])"
 
     def _pool_args(self, e) -> str:
         """A pool access's arguments to ops.pool_read / pool_write, but its indices."""
         owner = self.expr(self.program.pool_owner(e.pool))
-        return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}, {self.site_of('pool', e.pool.name)}"
+        return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}, {self.sites.of('pool', e.pool.name)}"
 
     def _pool_indices(self, e) -> str:
         """Each index, checked against its dimension as it is evaluated (left to right)."""
         codes = []
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked)):
             code = self.expr(index)
-            codes.append(f"check_index({code}, {dim}, {self.site_of('pool', e.pool.name, k)})" if checked else code)
+            codes.append(f"check_index({code}, {dim}, {self.sites.of('pool', e.pool.name, k)})" if checked else code)
         return ", ".join(codes)
 
     def expr_PoolLoad(self, e: ir.PoolLoad) -> str:

@@ -111,7 +111,7 @@ class VecEmitter:
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self._index(index, dim, checked, self.scalar.site_of("tensor", e.tensor, k))
+            code = self._index(index, dim, checked, self.scalar.sites.of("tensor", e.tensor, k))
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.py(e.tensor)}[{flat}]"
 
@@ -123,9 +123,9 @@ class VecEmitter:
         owner = self._array(self.scalar.program.pool_owner(e.pool))
         req = self.expr(ir.Var(ir.REQ_ID, "req_id", ir.I32))
         name = e.pool.name
-        indices = [self._index(i, d, c, self.scalar.site_of("pool", name, k))
+        indices = [self._index(i, d, c, self.scalar.sites.of("pool", name, k))
                    for k, (i, d, c) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
-        return (f"sh.{names.py(name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {self.scalar.site_of('pool', name)}, "
+        return (f"sh.{names.py(name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {self.scalar.sites.of('pool', name)}, "
                 f"{', '.join(indices)}")
 
     def expr_PoolLoad(self, e: ir.PoolLoad) -> str:

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 
 from . import ir
 
+# A check's site packs its subject and a position (a dimension, a parameter, an operator):
+# subject << SITE_SHIFT | position. What the generated code passes to a check.
+SITE_SHIFT = 16
+
+
+def site(subject: int, position: int = 0) -> int:
+    return subject << SITE_SHIFT | position
+
 
 @dataclass(frozen=True)
 class Subject:
@@ -49,19 +57,19 @@ def _dims(t: ir.Type) -> tuple[int, ...]:
     return (t.length,) if isinstance(t, ir.ArrayType) else ()
 
 
-class SubjectIds:
-    """Subject ids by what the emitters see: a Var's kind and name (inside helper `function`),
-    a tensor's or a pool's name."""
+class Sites:
+    """The sites of a program's checks, by what the emitters see: an array (a Var, inside
+    helper `function` or a stage), a tensor's or a pool's dimension."""
 
     def __init__(self, program: ir.Program):
         self.ids = {(s.kind, s.function, s.name): k for k, s in enumerate(subjects(program), 1)}
 
-    def of_var(self, var: ir.Var, function: str | None) -> int:
+    def array(self, var: ir.Var, function: str | None) -> int:
         kind = {ir.FIELD: "request", ir.SHARED: "shared", ir.LOCAL: "parameter"}.get(var.kind)
-        return self.ids.get((kind, function if kind == "parameter" else None, var.name), 0)
+        return site(self.ids.get((kind, function if kind == "parameter" else None, var.name), 0))
 
-    def of(self, kind: str, name: str) -> int:
-        return self.ids.get((kind, None, name), 0)
+    def of(self, kind: str, name: str, position: int = 0) -> int:
+        return site(self.ids.get((kind, None, name), 0), position)
 
 
 def subject(program: ir.Program, subject_id: int) -> Subject | None:

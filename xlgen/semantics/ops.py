@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import struct
 
+from ..core.subjects import SITE_SHIFT, site
+
 # Runtime error codes, shared with xl_runtime.cuh (XL_ERR_*).
 ERR_DIV_ZERO = 1
 ERR_INDEX = 2
@@ -37,7 +39,6 @@ ERROR_NAMES = {
 # `value` is the value out of range and `bound` what it broke. `word` says how the value's
 # 32 bits read: WORD_I a negative integer, WORD_U one at or above zero, WORD_F an f32 (the
 # value alone decides, so every backend writes the same word whatever the operand's type).
-SITE_SHIFT = 16
 # An error record's words after its header: code, line, subject, position, value, bound, word.
 ERROR_WORDS = 7
 WORD_I, WORD_U, WORD_F = 0, 1, 2  # as XL_WORD_* in xl_runtime.cuh
@@ -50,10 +51,6 @@ SUBJECT_DRAFT_TOKEN = 4
 OP_DIV, OP_REM = 0, 1
 OP_SHL, OP_SHR = 0, 1
 TO_I32, TO_U32 = 0, 1
-
-
-def site(subject: int, position: int = 0) -> int:
-    return subject << SITE_SHIFT | position
 
 
 def value_word(value) -> int:
