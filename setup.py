@@ -2,7 +2,7 @@
 
 Every package under xlgen/ is found, so a new subpackage cannot be left out of the
 wheel (a hand list once missed xlgen.cli, xlgen.frontend.checker and
-xlgen.tools.fuzzgen); the data folders (grammar/, templates/, stages/, workloads/,
+xlgen.tools.check.fuzzgen); the data folders (grammar/, templates/, stages/, workloads/,
 models/) are added as the xlgen.data.* packages that pyproject.toml's
 [tool.setuptools.package-dir] maps them to, read from there so the two cannot
 disagree. `.ci/run` builds the wheel, installs it and runs it from elsewhere.

@@ -256,7 +256,7 @@ XL_DEVICE int32_t fn_prompt_last_token(XlErr& xl_caller, int32_t xl_key, const P
     XlErr err = {0, 0, 0};
     {
         const int32_t xl_v = (int32_t)(xl_rem(err, 1, 21, stream, (uint32_t)(p.vocab)));
-        if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+        if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
@@ -277,7 +277,7 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
         if (xl_mul(4, k) < limit) {
             {
                 const float xl_v = fn_boosted(err, 1, p, base);
-                if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
+                if (xl_failed(err)) return xl_raise<float>(xl_caller, xl_key, err);
                 a = xl_v;
             }
         } else if (xl_mul(8, k) < xl_mul(7, limit)) {
@@ -289,7 +289,7 @@ XL_DEVICE float fn_agreement(XlErr& xl_caller, int32_t xl_key, const Params& p, 
         if (xl_eq(xl_rem_nz(xl_div_nz(k, xl_max(p.burst_len, 1)), 2), 0)) {
             {
                 const float xl_v = fn_boosted(err, 1, p, base);
-                if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
+                if (xl_failed(err)) return xl_raise<float>(xl_caller, xl_key, err);
                 a = xl_v;
             }
         } else {
@@ -369,7 +369,7 @@ XL_DEVICE int32_t fn_cost_block_size(XlErr& xl_caller, int32_t xl_key, const Par
         }
         if (((xl_eq(b, 1) || xl_eq(b, 2)) || xl_eq(b, 4)) || xl_eq(b, 8)) {
             [[maybe_unused]] float rate = xl_fdiv(tokens, fn_block_cost(err, 1, p, b));
-            if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+            if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
             if (rate > best_rate) {
                 best = b;
                 best_rate = rate;
@@ -388,7 +388,7 @@ XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, f
     if (xl_eq(p.block_policy, BlockPolicy::THRESHOLDS)) {
         {
             const float xl_v = fn_asbs_ema(err, 2, p, ema, fn_acceptance_ratio(err, 1, p, accepted, proposed));
-            if (err.code) return xl_raise<float>(xl_caller, xl_key, err);
+            if (xl_failed(err)) return xl_raise<float>(xl_caller, xl_key, err);
             return xl_v;
         }
     }
@@ -412,13 +412,13 @@ XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     if (xl_eq(p.block_policy, BlockPolicy::COST)) {
         {
             const int32_t xl_v = xl_clamp(fn_cost_block_size(err, 1, p, ema, kv_pressure, plain_run), 0, MAX_BLOCK);
-            if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+            if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
             return xl_v;
         }
     }
     {
         const int32_t xl_v = xl_clamp(fn_asbs_block_size(err, 1, p, ema, kv_pressure), 1, MAX_BLOCK);
-        if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+        if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
@@ -428,7 +428,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     XlErr err = {0, 0, 0};
     {
         const int32_t xl_v = xl_div(err, 1, 54, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
-        if (err.code) return xl_raise<int32_t>(xl_caller, xl_key, err);
+        if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
@@ -455,12 +455,12 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
     XL_WARP_STORE(r.token_limit, xl_clamp(r.max_new_tokens, 0, MAX_OUT));
     {
         const int32_t xl_v = fn_prompt_last_token(err, 1, p, r.seed);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.last_token, xl_v);
     }
     {
         const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
     XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
@@ -492,9 +492,9 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
             break;
         }
         [[maybe_unused]] float agree = fn_agreement(err, 1, p, r.profile, r.base_acceptance, xl_add(r.n_out, j), r.token_limit);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t d = xl_b_draft_token(err, 1, 22, r.seed, xl_add(pos, j), prev, p.vocab, agree);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.draft_tokens[j], d);
         prev = d;
     }
@@ -514,30 +514,30 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         const int32_t xl_lo = 0;
         const int32_t xl_hi = xl_add(r.draft_len, 1);
         xl_lanes_v<false>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 129, [&](auto xl_chk, int32_t j, XlErr& err) {
-            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 16, xl_sub(j, 1), 128)]);
-            if (err.code) return;
+            [[maybe_unused]] int32_t prev = (xl_eq(j, 0) ? r.last_token : r.draft_tokens[xl_idx(err, 1, 16, xl_sub(j, 1), 128, 1638400)]);
+            if (xl_failed(err)) return;
             {
                 const int32_t xl_v = xl_b_target_token(err, 1, 17, r.seed, xl_add(pos, j), prev, p.vocab);
-                const int32_t xl_i = xl_idx_v(xl_chk, err, 2, 17, j, 129);
-                if (err.code) return;
+                const int32_t xl_i = xl_idx_v(xl_chk, err, 2, 17, j, 129, 1703936);
+                if (xl_failed(err)) return;
                 XL_LANE_STORE(r.target_tokens[xl_i], xl_v);
             }
         });
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
     }
     {
         const int32_t xl_v = xl_b_verify_prefix(err, 1, 19, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.accepted_prefix_len, xl_v);
     }
     {
         const float xl_v = fn_next_ema(err, 1, p, r.ema_acceptance_rate, r.accepted_prefix_len, r.draft_len);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.ema_acceptance_rate, xl_v);
     }
     {
         const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
     XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
@@ -564,12 +564,12 @@ XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int3
         if (j > r.accepted_prefix_len) {
             break;
         }
-        [[maybe_unused]] int32_t tok = ((j < r.accepted_prefix_len) ? r.draft_tokens[xl_idx(err, 1, 17, j, 128)] : r.target_tokens[j]);
-        if (err.code) return err;
+        [[maybe_unused]] int32_t tok = ((j < r.accepted_prefix_len) ? r.draft_tokens[xl_idx(err, 1, 17, j, 128, 1638400)] : r.target_tokens[j]);
+        if (xl_failed(err)) return err;
         {
             const int32_t xl_v = tok;
-            const int32_t xl_i = xl_idx(err, 1, 18, r.n_out, 512);
-            if (err.code) return err;
+            const int32_t xl_i = xl_idx(err, 1, 18, r.n_out, 512, 1179648);
+            if (xl_failed(err)) return err;
             XL_WARP_STORE(r.out_tokens[xl_i], xl_v);
         }
         XL_WARP_STORE(r.n_out, xl_add(r.n_out, 1));
@@ -672,16 +672,16 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t total_tok = 0;
         if (xl_eq(r.state, ReqState::PREFILL_READY)) {
             [[maybe_unused]] int32_t first = xl_min(fn_next_block_size(err, 1, p, r.ema_acceptance_rate, pressured, r.plain_steps), xl_clamp(r.max_new_tokens, 0, MAX_OUT));
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
         } else if (xl_ne(r.state, ReqState::DONE)) {
             committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
             total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)), 0)), 1);
         }
         [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         if ((tp > MAX_REQ_PAGES) || (tp > pool_size)) {
             r.kv_oversize = true;
         }
@@ -702,8 +702,8 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 102, sh.page_slot[xl_p], 256);
-                                if (err.code) return err;
+                                const int32_t xl_i = xl_idx(err, 1, 102, sh.page_slot[xl_p], 256, 2359296);
+                                if (xl_failed(err)) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
                         } else {
@@ -722,14 +722,14 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 117, r.kv_pages[k], 16384);
-                            if (err.code) return err;
+                            const int32_t xl_i = xl_idx(err, 1, 117, r.kv_pages[k], 16384, 3866624);
+                            if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 118, r.kv_pages[k], 16384)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 118, r.kv_pages[k], 16384, 3932160)];
                             const int32_t xl_i = k;
-                            if (err.code) return err;
+                            if (xl_failed(err)) return err;
                             r.kv_gens[xl_i] = xl_v;
                         }
                     }
@@ -753,21 +753,21 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
             if ((pg >= 0) && (k >= r.kv_borrowed)) {
                 if (k < cp) {
-                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 148, pg, 16384)], PageKind::DRAFT);
-                    if (err.code) return err;
+                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 148, pg, 16384, 3801088)], PageKind::DRAFT);
+                    if (xl_failed(err)) return err;
                     if (xl_c1) {
                         {
                             const int32_t xl_v = PageKind::COMMITTED;
-                            const int32_t xl_i = xl_idx(err, 1, 149, pg, 16384);
-                            if (err.code) return err;
+                            const int32_t xl_i = xl_idx(err, 1, 149, pg, 16384, 3801088);
+                            if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                         }
                         d_draft = xl_sub(d_draft, 1);
                         d_committed = xl_add(d_committed, 1);
                     }
                 } else {
-                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 153, pg, 16384)], PageKind::COMMITTED);
-                    if (err.code) return err;
+                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 153, pg, 16384, 3801088)], PageKind::COMMITTED);
+                    if (xl_failed(err)) return err;
                     if (xl_c2) {
                         drafts = xl_add(drafts, 1);
                         drafts_above_tp = xl_add(drafts_above_tp, ((k >= tp) ? 1 : 0));
@@ -785,7 +785,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t supply = xl_sub(xl_add(sh.kv_free_top, pool_size), sh.kv_fresh);
         {
             const int32_t xl_v = need;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -832,23 +832,23 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if ((((!ok) && (need > 0)) && (before <= supply)) && xl_ne(r.state, ReqState::PREFILL_READY)) {
             {
                 const int32_t xl_v = req_id;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evictor), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_sub(xl_add(before, need), supply);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_short), xl_word_bits(xl_v));
             }
             {
                 const bool xl_v = (missing_committed > 0);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_for_committed), xl_word_bits(xl_v));
             }
         }
         {
             const int32_t xl_v = (ok ? need : 0);
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -897,7 +897,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t taken = xl_from_bits<int32_t>(xl_in);
         {
             const bool xl_v = ok;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -948,7 +948,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t served = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = (((!ok) && (r.kv_held > 0)) ? req_id : 2147483647);
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -1001,7 +1001,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t stalled_holder = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = req_id;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -1062,7 +1062,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 keep = 0;
                 {
                     const int32_t xl_v = 1;
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
                 }
                 r.kv_misses = xl_add(r.kv_misses, 1);
@@ -1070,7 +1070,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         }
         {
             const int32_t xl_v = (ok ? drafts_above_tp : drafts);
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -1129,7 +1129,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t push_at = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = (ok ? drafts_above_tp : drafts);
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
@@ -1202,46 +1202,46 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 216, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
-                    if (err.code) return err;
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 216, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4128768)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    if (xl_failed(err)) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 218, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 218, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 218, pg, 16384, 3932160)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 218, pg, 16384, 3932160);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 219, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 219, pg, 16384, 3735552);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 220, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 220, pg, 16384, 3866624);
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 221, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 221, pg, 16384, 3997696);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 222, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 222, pg, 16384, 3801088);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 224, pg, 16384)], 1);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 224, pg, 16384, 3932160)], 1);
                     const int32_t xl_i = k;
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     r.kv_gens[xl_i] = xl_v;
                 }
                 d_live = xl_add(d_live, 1);
@@ -1258,51 +1258,51 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 237, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 237, pg, 16384, 3866624);
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 238, pg, 16384)], PageKind::COMMITTED);
-                if (err.code) return err;
+                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 238, pg, 16384, 3801088)], PageKind::COMMITTED);
+                if (xl_failed(err)) return err;
                 if (xl_c3) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 241, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 241, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 241, pg, 16384, 3932160)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 241, pg, 16384, 3932160);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 242, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 242, pg, 16384, 3801088);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 243, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 243, pg, 16384, 3735552);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 244, pg, 16384)], 0);
-                    if (err.code) return err;
+                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 244, pg, 16384, 4063232)], 0);
+                    if (xl_failed(err)) return err;
                     if (xl_c4) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 245, pg, 16384)]);
-                            if (err.code) return err;
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 245, pg, 16384, 4063232)]);
+                            if (xl_failed(err)) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384);
-                            if (err.code) return err;
+                            const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384, 4063232);
+                            if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 248, slot, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 248, slot, 16384, 4128768);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     slot = xl_add(slot, 1);
@@ -1312,29 +1312,29 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384);
-                            if (err.code) return err;
+                            const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384, 3735552);
+                            if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 260, pg, 16384)], PageKind::COMMITTED));
-                if (err.code) return err;
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 260, pg, 16384, 3801088)], PageKind::COMMITTED));
+                if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 262, pg, 16384)]);
-                if (err.code) return err;
+                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 262, pg, 16384, 4063232)]);
+                if (xl_failed(err)) return err;
                 if (xl_c5) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 263, pg, 16384)]));
-                        if (err.code) return err;
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 263, pg, 16384, 4063232)]));
+                        if (xl_failed(err)) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 264, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 264, pg, 16384, 4063232);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                 }
@@ -1348,7 +1348,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if (released_committed > 0) {
             {
                 const int32_t xl_v = released_committed;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
             }
         }
@@ -1357,25 +1357,25 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if (xl_eq(first, req_id)) {
             {
                 const int32_t xl_v = now;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_tick), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_add(xl_sub(sh.kv_free_top, popped), pushed);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_sub(xl_add(sh.kv_fresh, taken), popped);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
             const bool xl_c6 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             if (xl_c6) {
                 {
                     const int32_t xl_v = now;
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_last_progress), xl_word_bits(xl_v));
                 }
             }
@@ -1385,28 +1385,28 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         if (xl_ne(d_live, 0)) {
             {
                 const int32_t xl_v = d_live;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
             }
         }
         if (xl_ne(d_draft, 0)) {
             {
                 const int32_t xl_v = d_draft;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_draft), xl_word_bits(xl_v));
             }
         }
         if (xl_ne(d_committed, 0)) {
             {
                 const int32_t xl_v = d_committed;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
             }
         }
         if (xl_ne(d_used, 0)) {
             {
                 const int32_t xl_v = d_used;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
             }
         }
@@ -1478,7 +1478,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 0: {
         {
             const int32_t xl_v = 1;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         break;
@@ -1487,7 +1487,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         [[maybe_unused]] int32_t me = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = 1;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.me = me;
@@ -1497,22 +1497,22 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] int32_t share = xl_div(err, 1, 323, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
-        if (err.code) return err;
+        if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
             if ((q >= share) || (xl_add(xl_mul(me, share), q) >= sh.kv_fresh)) {
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 330, pg, 16384)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 330, pg, 16384)], PageKind::FREE);
-            if (err.code) return err;
+            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 330, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 330, pg, 16384, 3801088)], PageKind::FREE);
+            if (xl_failed(err)) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
             }
         }
         {
             const int32_t xl_v = dead;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.me = me;
@@ -1529,7 +1529,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         [[maybe_unused]] int32_t at = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = dead;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.me = me;
@@ -1552,52 +1552,52 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 342, pg, 16384)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 342, pg, 16384)], PageKind::FREE);
-            if (err.code) return err;
+            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 342, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 342, pg, 16384, 3801088)], PageKind::FREE);
+            if (xl_failed(err)) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 343, pg, 16384)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 343, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 343, pg, 16384, 3932160)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 343, pg, 16384, 3932160);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 344, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 344, pg, 16384, 3801088);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 345, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 345, pg, 16384, 3735552);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 346, pg, 16384)]);
-                    if (err.code) return err;
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 346, pg, 16384, 4063232)]);
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 347, pg, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 347, pg, 16384, 4063232);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 350, slot, 16384);
-                    if (err.code) return err;
+                    const int32_t xl_i = xl_idx(err, 1, 350, slot, 16384, 4128768);
+                    if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
                 slot = xl_add(slot, 1);
@@ -1606,12 +1606,12 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         if (xl_eq(me, 0)) {
             {
                 const int32_t xl_v = xl_add(sh.kv_free_top, total);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = 0;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_pending), xl_word_bits(xl_v));
             }
         }
@@ -1670,8 +1670,8 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 377, pg, 16384)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 377, pg, 16384)], 1);
-                if (err.code) return err;
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 377, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 377, pg, 16384, 3866624)], 1);
+                if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
                 }
@@ -1680,7 +1680,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t prio_key = (xl_eq(eligible, 0) ? 2147483647 : (xl_eq(p.eviction_policy, 1) ? r.priority : 0));
         {
             const int32_t xl_v = prio_key;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
@@ -1694,7 +1694,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] float ema_key = ((xl_eq(eligible, 0) || xl_ne(prio_key, top_prio)) ? 2.0f : (xl_eq(p.eviction_policy, 1) ? r.ema_acceptance_rate : 0.0f));
         {
             const float xl_v = ema_key;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
@@ -1712,7 +1712,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t use_key = (((ema_key == top_ema) && (ema_key < 2.0f)) ? r.kv_last_served : 2147483647);
         {
             const int32_t xl_v = use_key;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
@@ -1733,7 +1733,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t victim = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = use_key;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
@@ -1756,7 +1756,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t found = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = req_id;
-            if (err.code) return err;
+            if (xl_failed(err)) return err;
             xl_out = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
@@ -1782,7 +1782,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         if (xl_eq(first, req_id)) {
             {
                 const int32_t xl_v = 0;
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_evict_short), xl_word_bits(xl_v));
             }
         }
@@ -1794,56 +1794,56 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 401, k, 256)];
-                if (err.code) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 402, pg, 16384)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 402, pg, 16384)], 1);
-                if (err.code) return err;
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 401, k, 256, 2359296)];
+                if (xl_failed(err)) return err;
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 402, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 402, pg, 16384, 3866624)], 1);
+                if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 403, pg, 16384)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 403, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 403, pg, 16384, 3932160)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 403, pg, 16384, 3932160);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 404, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 404, pg, 16384, 3801088);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 405, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 405, pg, 16384, 3735552);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 406, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 406, pg, 16384, 3866624);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 407, pg, 16384)]);
-                        if (err.code) return err;
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 407, pg, 16384, 4063232)]);
+                        if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384, 4063232);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 409, xl_add(sh.kv_free_top, n), 16384);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 409, xl_add(sh.kv_free_top, n), 16384, 4128768);
+                        if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 410, k, 256);
-                        if (err.code) return err;
+                        const int32_t xl_i = xl_idx(err, 1, 410, k, 256, 2359296);
+                        if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
                     n = xl_add(n, 1);
@@ -1851,22 +1851,22 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             }
             {
                 const int32_t xl_v = xl_add(sh.kv_free_top, n);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_top), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_neg(n);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_neg(n);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
             }
             {
                 const int32_t xl_v = xl_neg(used);
-                if (err.code) return err;
+                if (xl_failed(err)) return err;
                 xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
             }
             r.kv_misses = xl_add(r.kv_misses, 1);
@@ -1874,13 +1874,13 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
             if (sh.kv_evict_for_committed) {
                 {
                     const int32_t xl_v = n;
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_evict_recompute), xl_word_bits(xl_v));
                 }
             } else {
                 {
                     const int32_t xl_v = n;
-                    if (err.code) return err;
+                    if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_evict_decode), xl_word_bits(xl_v));
                 }
             }
@@ -1923,9 +1923,11 @@ XL_DEVICE void xl_emit(XlSink sink, uint32_t req_id, uint32_t round, uint32_t ki
     for (int i = 0; i < XL_RECORD_WORDS - 4; ++i) rec[4 + i] = i < n ? values[i] : 0u;
 }
 
+// An error record (docs/semantics.md §12): code, line, subject, position, value, bound, word.
 XL_DEVICE void xl_emit_error(XlSink sink, int32_t req_id, int32_t round, uint32_t stage, XlErr err) {
-    const uint32_t values[2] = {(uint32_t)err.code, (uint32_t)err.line};
-    xl_emit(sink, (uint32_t)req_id, (uint32_t)round, XL_KIND_ERROR, stage, values, 2);
+    const uint32_t values[7] = {(uint32_t)err.code, (uint32_t)err.line, (uint32_t)err.site >> XL_SITE_SHIFT,
+                                (uint32_t)(err.site & XL_SITE_POSITION), err.value, err.bound, xl_error_word(err)};
+    xl_emit(sink, (uint32_t)req_id, (uint32_t)round, XL_KIND_ERROR, stage, values, 7);
 }
 
 // stages/prefill.xl:10: run stage prefill for one request if its guard holds, and

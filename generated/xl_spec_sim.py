@@ -354,8 +354,8 @@ def stage_spec_verify(r, sh, p):
         xl_first = None
         for j in range(xl_lo, xl_hi):
             try:
-                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128)])  # @xl:16
-                r.target_tokens[check_index(j, 129)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:17
+                prev = (r.last_token if (j == 0) else r.draft_tokens[check_index(wrap_i32(j - 1), 128, 1638400)])  # @xl:16
+                r.target_tokens[check_index(j, 129, 1703936)] = b_target_token(r.seed, wrap_i32(pos + j), prev, p.vocab)  # @xl:17
             except XlRuntimeError as xl_e:
                 xl_first = xl_first or xl_e
         if xl_first is not None:
@@ -367,10 +367,10 @@ def stage_spec_verify(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 j = xl_L.index
-                prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 16)])
+                prev = v_select(xl_L, (j == I32(0)), lambda: I32(r.last_token), lambda: xl_a_draft_tokens[v_idx(xl_L, (j - I32(1)), 128, 16, 1638400)])
                 xl_L.end()
                 xl_v = vb_target_token(xl_L, 17, U32(r.seed), (I32(pos) + j), prev, I32(p.vocab))
-                v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 17), xl_v)
+                v_store(xl_L, xl_a_target_tokens, v_idx(xl_L, j, 129, 17, 1703936), xl_v)
                 xl_L.end()
             xl_pieces.add(xl_L)
         r.target_tokens[:] = xl_a_target_tokens.tolist()
@@ -397,8 +397,8 @@ def stage_commit(r, sh, p):
     for j in range(0, 129):
         if (j > r.accepted_prefix_len):
             break
-        tok = (r.draft_tokens[check_index(j, 128)] if (j < r.accepted_prefix_len) else r.target_tokens[j])  # @xl:17
-        r.out_tokens[check_index(r.n_out, 512)] = tok  # @xl:18
+        tok = (r.draft_tokens[check_index(j, 128, 1638400)] if (j < r.accepted_prefix_len) else r.target_tokens[j])  # @xl:17
+        r.out_tokens[check_index(r.n_out, 512, 1179648)] = tok  # @xl:18
         r.n_out = wrap_i32(r.n_out + 1)
         appended = wrap_i32(appended + 1)
         r.last_token = tok
@@ -454,7 +454,7 @@ def stage_kv_manage(r, sh, p, xw):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256)] = xl_p  # @xl:102
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:102
                     else:
                         graft_wait = True
             run = 0
@@ -465,8 +465,8 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384))  # @xl:117
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384)]  # @xl:118
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 3866624))  # @xl:117
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 3932160)]  # @xl:118
             r.kv_borrowed = run
             r.kv_held = run
     missing_committed = 0
@@ -483,11 +483,11 @@ def stage_kv_manage(r, sh, p, xw):
         pg = (r.kv_pages[k] if (k < r.kv_held) else -1)
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if (k < cp):
-                if (sh.page_kind[check_index(pg, 16384)] == PageKind.DRAFT):  # @xl:148
-                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384))  # @xl:149
+                if (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.DRAFT):  # @xl:148
+                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 3801088))  # @xl:149
                     d_draft = wrap_i32(d_draft - 1)
                     d_committed = wrap_i32(d_committed + 1)
-            elif (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED):  # @xl:153
+            elif (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED):  # @xl:153
                 drafts = wrap_i32(drafts + 1)
                 drafts_above_tp = wrap_i32(drafts_above_tp + (1 if (k >= tp) else 0))
         if (((k < r.kv_held) and (r.kv_pages[k] < 0)) or (k >= r.kv_held)):
@@ -528,15 +528,15 @@ def stage_kv_manage(r, sh, p, xw):
             break
         pg = (r.kv_pages[k] if (k < held) else -1)
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:216
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4128768)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:216
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:218
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384))  # @xl:219
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384))  # @xl:220
-            xw.put('page_slot', k, check_index(pg, 16384))  # @xl:221
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384))  # @xl:222
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:218
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 3735552))  # @xl:219
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 3866624))  # @xl:220
+            xw.put('page_slot', k, check_index(pg, 16384, 3997696))  # @xl:221
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 3801088))  # @xl:222
             r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1)  # @xl:224
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1)  # @xl:224
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -546,29 +546,29 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384))  # @xl:237
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384)] != PageKind.COMMITTED)):  # @xl:238
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 3866624))  # @xl:237
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED)):  # @xl:238
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:241
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:242
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:243
-                if (sh.page_used[check_index(pg, 16384)] != 0):  # @xl:244
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384)])  # @xl:245
-                    xw.put('page_used', 0, check_index(pg, 16384))  # @xl:246
-                xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:248
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:241
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:242
+                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:243
+                if (sh.page_used[check_index(pg, 16384, 4063232)] != 0):  # @xl:244
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:245
+                    xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:246
+                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:248
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384))  # @xl:255
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 3735552))  # @xl:255
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED))  # @xl:260
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED))  # @xl:260
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384)]):  # @xl:262
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384)]))  # @xl:263
-                xw.put('page_used', in_page, check_index(pg, 16384))  # @xl:264
+            if (in_page != sh.page_used[check_index(pg, 16384, 4063232)]):  # @xl:262
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4063232)]))  # @xl:263
+                xw.put('page_used', in_page, check_index(pg, 16384, 4063232))  # @xl:264
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -622,7 +622,7 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:330
+        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:330
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -631,15 +631,15 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384)] == 0) and (sh.page_kind[check_index(pg, 16384)] != PageKind.FREE)):  # @xl:342
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:343
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:344
-            xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:345
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384)]), wrap_i32)  # @xl:346
-            xw.put('page_used', 0, check_index(pg, 16384))  # @xl:347
+        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:342
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:343
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:344
+            xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:345
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4063232)]), wrap_i32)  # @xl:346
+            xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:347
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384))  # @xl:350
+            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:350
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
@@ -658,7 +658,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)):  # @xl:377
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:377
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -677,16 +677,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256)]  # @xl:401
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384)] == 1)):  # @xl:402
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384)] + 1), check_index(pg, 16384))  # @xl:403
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384))  # @xl:404
-                xw.put('page_owner', -1, check_index(pg, 16384))  # @xl:405
-                xw.put('page_refs', 0, check_index(pg, 16384))  # @xl:406
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384)])  # @xl:407
-                xw.put('page_used', 0, check_index(pg, 16384))  # @xl:408
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384))  # @xl:409
-                r.kv_pages[check_index(k, 256)] = -1  # @xl:410
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:401
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:402
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:403
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:404
+                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:405
+                xw.put('page_refs', 0, check_index(pg, 16384, 3866624))  # @xl:406
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:407
+                xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:408
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4128768))  # @xl:409
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:410
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)

@@ -217,7 +217,7 @@ def test_sim_exit_code_and_summary_when_requests_fail(tmp_path):
     assert lines[1].split()[:3] == ["0", "done", "2"]
     assert lines[1].split()[5:] == ["0", "0.25", "true", "SLOW"]  # bools and enum members by name
     assert lines[2].split()[:3] == ["1", "error", "0"]
-    assert "request 1 round 0: runtime error in stage work: division by zero" in lines[3]
+    assert "request 1 round 0: runtime error in stage work (line 32): division by zero: 100 / 0" in lines[3]
     assert lines[4].split()[:4] == ["2", "watchdog", "20", "19"]  # admitted in round 1, when request 1 failed
     assert lines[5].strip() == ("request 2 stopped by the max_iterations watchdog: unfinished after 20 rounds "
                                 "(launch max_rounds)")

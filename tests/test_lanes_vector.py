@@ -59,7 +59,7 @@ def test_elements_take_the_lowest_failing_element_of_each_iteration():
     elements.check(elements.index == 3, 2, 6)  # j = 3 failed already: its first error stands
     elements.check(elements.index == 1, 2, 7)
     elements.reduce(np.ones(elements.n, np.float32), np.float32, "sum")
-    assert outer.code.tolist() == [2, 2, 0, 2] and outer.line.tolist() == [7, 7, 0, 7]
+    assert outer.code.tolist() == [2, 2, 0, 2] and outer.err["line"].tolist() == [7, 7, 0, 7]
 
 
 # ---- programs: the simulator's numpy code and its Python loop against the CPU build --------

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from . import cpp_ops, names, ranges
 from ..core import ir
+from ..core.subjects import Sites
+from ..semantics.ops import ERROR_WORDS
 from .layout import collective_frame_words, slots
 
 IND = "    "
@@ -42,6 +44,11 @@ class CppEmitter:
         self.proofs = ranges.Proofs()  # the checks of the code being emitted that cannot fail
         self.fast = False  # in a versioned lanes loop's body: `xl_chk` is its XlCheck
         self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
+        self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
+        self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
+
+    def array_site(self, base: ir.Var) -> int:
+        return self.sites.array(base, self.in_function)
 
     # ---- which checks remain (ranges.py) ----------------------------------------------
 
@@ -52,13 +59,15 @@ class CppEmitter:
             return NEVER
         return CHECKED_COPY if proof == ranges.IN_FAST_PATH and self.fast else ALWAYS
 
-    def _index(self, node, k, code: str, length: int, checked=True) -> str:
-        """An index checked against `length` unless proved in range."""
+    def _index(self, node, k, code: str, length: int, where: int, checked=True, as_int=False) -> str:
+        """An index checked against `length` unless proved in range; `where` is the check's site.
+        as_int: an index proved in range is converted to int32_t (xl_idx gives one; the index
+        itself goes to it unconverted, so a u32 out of range is reported as the u32 it is)."""
         level = self._check(node, k, checked)
         if level == NEVER:
-            return code
+            return f"(int32_t)({code})" if as_int else code
         runner = "xl_idx_v(xl_chk, " if level == CHECKED_COPY else "xl_idx("
-        return f"{runner}{self._sink()}, {code}, {length})"
+        return f"{runner}{self._sink()}, {code}, {length}, {where})"
 
     def raises(self, e) -> int:
         """The level at which evaluating `e` may raise a runtime error (ir.may_raise, with the
@@ -82,9 +91,9 @@ class CppEmitter:
     def _bail_if(self, level: int, pad: str) -> list[str]:
         """The test after a statement that may fail, at its level."""
         if level == ALWAYS:
-            return [f"{pad}if (err.code) {self.bail}"]
+            return [f"{pad}if (xl_failed(err)) {self.bail}"]
         if level == CHECKED_COPY:
-            return [f"{pad}if (XL_CHECKS(xl_chk) && err.code) {self.bail}"]
+            return [f"{pad}if (XL_CHECKS(xl_chk) && xl_failed(err)) {self.bail}"]
         return []
 
     # ---- expressions -------------------------------------------------------------
@@ -115,24 +124,25 @@ class CppEmitter:
         }[e.kind]
 
     def expr_Load(self, e: ir.Load) -> str:
-        index = self._index(e, 0, self.expr(e.index), e.base.type.length, e.checked)
+        index = self._index(e, 0, self.expr(e.index), e.base.type.length, self.array_site(e.base), e.checked)
         value = f"{self.expr(e.base)}[{index}]"
         return f"(bool){value}" if e.type == ir.BOOL else value
 
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self._index(e, k, f"(int32_t)({self.expr(index)})", dim, checked)
+            code = self._index(e, k, self.expr(index), dim, self.sites.of("tensor", e.tensor, k), checked, as_int=True)
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.cpp(e.tensor)}[{flat}]"
 
     def _pool_element(self, e) -> str:
         """The flat position of a pool element: each index checked against its dimension, then
         the page's owner (the key after every index's: §13.3's order), row-major."""
-        codes = [self._index(e, k, f"(int32_t)({self.expr(index)})", dim, checked)
+        name = e.pool.name
+        codes = [self._index(e, k, self.expr(index), dim, self.sites.of("pool", name, k), checked, as_int=True)
                  for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
         owner = self.expr(self.program.pool_owner(e.pool))
-        flat = f"xl_pool_page({self._sink()}, {owner}, req_id, {codes[0]})"
+        flat = f"xl_pool_page({self._sink()}, {self.sites.of('pool', name)}, {owner}, req_id, {codes[0]})"
         for code, dim in zip(codes[1:], e.pool.dims[1:]):
             flat = f"({flat}) * {dim} + {code}"
         return flat
@@ -214,7 +224,7 @@ class CppEmitter:
         index = None
         level = self.raises(s.value)
         if s.index is not None:
-            index = self._index(s, 0, self.expr(s.index), s.target.type.length, s.checked)
+            index = self._index(s, 0, self.expr(s.index), s.target.type.length, self.array_site(s.target), s.checked)
             level = max(level, self._check(s, 0, s.checked), self.raises(s.index))
         if level == NEVER:
             lhs = f"{target}[{index}]" if index is not None else target
@@ -233,7 +243,7 @@ class CppEmitter:
         store = POOL_STORE[self.field_store]
         lhs = f"p.{names.cpp(s.pool.name)}[xl_i]"
         return [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(s.pool.elem)} xl_v = {value};",
-                f"{pad}{IND}const int32_t xl_i = {element};", f"{pad}{IND}if (err.code) {self.bail}",
+                f"{pad}{IND}const int32_t xl_i = {element};", f"{pad}{IND}if (xl_failed(err)) {self.bail}",
                 f"{pad}{IND}{store}({lhs}, xl_v);" if store else f"{pad}{IND}{lhs} = xl_v;", f"{pad}}}"]
 
     def stmt_Accumulate(self, s: ir.Accumulate, depth):
@@ -249,10 +259,10 @@ class CppEmitter:
         if s.index is not None:
             index = self.expr(s.index)
             if s.checked:
-                index = f"xl_idx({self._sink()}, {index}, {s.target.type.length})"
+                index = f"xl_idx({self._sink()}, {index}, {s.target.type.length}, {self.array_site(s.target)})"
             lines.append(f"{pad}{IND}const int32_t xl_i = {index};")
             element += "[xl_i]"
-        lines.append(f"{pad}{IND}if (err.code) {self.bail}")
+        lines.append(f"{pad}{IND}if (xl_failed(err)) {self.bail}")
         lines.append(f"{pad}{IND}{call.format(word=f'xl_word_of(&sh, &{element})')}")
         return lines + [f"{pad}}}"]
 
@@ -288,7 +298,7 @@ class CppEmitter:
                 c = collectives[k]
                 value = self.statement_expr(c.value, c.loc.line)
                 lines += [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
-                          f"{pad}{IND}if (err.code) {self.bail}", f"{pad}{IND}xl_out = xl_word_bits(xl_v);",
+                          f"{pad}{IND}if (xl_failed(err)) {self.bail}", f"{pad}{IND}xl_out = xl_word_bits(xl_v);",
                           f"{pad}}}"]
                 lines += [f"{pad}xl_frame.{names.cpp(n)} = {names.cpp(n)};" for n, _ in carried]
             cases.append(lines)
@@ -384,7 +394,7 @@ class CppEmitter:
             lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         lines += body
-        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (err.code) {outer_bail}", f"{pad}}}"]
+        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (xl_failed(err)) {outer_bail}", f"{pad}}}"]
         return lines
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
@@ -436,7 +446,7 @@ class CppEmitter:
 
     def stmt_ExprStmt(self, s: ir.ExprStmt, depth):
         pad = IND * depth
-        return [f"{pad}(void){self.statement_expr(s.expr, s.loc.line)};", f"{pad}if (err.code) {self.bail}"]
+        return [f"{pad}(void){self.statement_expr(s.expr, s.loc.line)};", f"{pad}if (xl_failed(err)) {self.bail}"]
 
     # ---- declarations --------------------------------------------------------------
 
@@ -452,7 +462,11 @@ class CppEmitter:
                 params.append(f"const {cpp_ops.storage_type(a.type.elem)} (&{names.cpp(a.name)})[{a.type.length}]")
             else:
                 params.append(f"{cpp_ops.value_type(a.type)} {names.cpp(a.name)}")
-        body = self.block(f.body, 1)
+        self.in_function = f.name
+        try:
+            body = self.block(f.body, 1)
+        finally:
+            self.in_function = None
         return {"name": f.name, "ret": ret, "params": ", ".join(params), "loc": _loc_text(f.loc), "body": body,
                 "uses_err": self.uses_err}
 
@@ -503,7 +517,7 @@ class CppEmitter:
         self.bail = "return false;"
         self.proofs = ranges.analyse_expr(p.done)
         done = self.statement_expr(p.done, p.done.loc.line)
-        widths = [2] + [self.trace(t)["words"] for t in p.traces]
+        widths = [ERROR_WORDS] + [self.trace(t)["words"] for t in p.traces]
         return {
             "program": p,
             "namespace": names.cpp(p.name),
@@ -530,7 +544,7 @@ class CppEmitter:
             "frame_words": collective_frame_words(p),
             "done": done,
             "done_reads_shared": ir.may_read_shared(p.done),
-            "record_words": 4 + max(widths),
+            "record_words": 4 + max(widths),  # the header: request, round, kind, stage
         }
 
     def local_condition(self, guard: ir.Expr | None) -> str | None:

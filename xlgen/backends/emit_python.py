@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core import ir
 from ..core.ir import may_raise
+from ..core.subjects import Sites
 from . import names
 from ..semantics import py_ops
 from .emit_vec import VecEmitter
@@ -21,6 +22,11 @@ class PyEmitter:
     def __init__(self, program: ir.Program):
         self.program = program
         self.in_collective = False  # emitting a collective stage: shared writes go through `xw`
+        self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
+        self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
+
+    def array_site(self, base: ir.Var) -> int:
+        return self.sites.array(base, self.in_function)
 
     # ---- expressions -------------------------------------------------------------
 
@@ -47,7 +53,7 @@ class PyEmitter:
     def expr_Load(self, e: ir.Load) -> str:
         index = self.expr(e.index)
         if e.checked:
-            index = f"check_index({index}, {e.base.type.length})"
+            index = f"check_index({index}, {e.base.type.length}, {self.array_site(e.base)})"
         return f"{self.expr(e.base)}[{index}]"
 
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
@@ -55,21 +61,21 @@ class PyEmitter:
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
             code = self.expr(index)
             if checked:
-                code = f"check_index({code}, {dim})"
+                code = f"check_index({code}, {dim}, {self.sites.of('tensor', e.tensor, k)})"
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"float(p.{names.py(e.tensor)}[{flat}])"
 
     def _pool_args(self, e) -> str:
         """A pool access's arguments to ops.pool_read / pool_write, but its indices."""
         owner = self.expr(self.program.pool_owner(e.pool))
-        return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}"
+        return f"sh.{names.py(e.pool.name)}, {owner}, r.xl_id, {e.pool.dims!r}, {self.sites.of('pool', e.pool.name)}"
 
     def _pool_indices(self, e) -> str:
         """Each index, checked against its dimension as it is evaluated (left to right)."""
         codes = []
-        for index, dim, checked in zip(e.indices, e.pool.dims, e.checked):
+        for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked)):
             code = self.expr(index)
-            codes.append(f"check_index({code}, {dim})" if checked else code)
+            codes.append(f"check_index({code}, {dim}, {self.sites.of('pool', e.pool.name, k)})" if checked else code)
         return ", ".join(codes)
 
     def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
@@ -118,7 +124,7 @@ class PyEmitter:
             return attr, "", False
         index = self.expr(s.index)
         if s.checked:
-            index = f"check_index({index}, {s.target.type.length})"
+            index = f"check_index({index}, {s.target.type.length}, {self.array_site(s.target)})"
         return attr, f", {index}", s.checked or may_raise(s.index)
 
     def stmt_Assign(self, s: ir.Assign, depth):
@@ -131,7 +137,7 @@ class PyEmitter:
         if s.index is not None:
             index = self.expr(s.index)
             if s.checked:
-                index = f"check_index({index}, {s.target.type.length})"
+                index = f"check_index({index}, {s.target.type.length}, {self.array_site(s.target)})"
             target = f"{target}[{index}]"
             raises = raises or s.checked or may_raise(s.index)
         return [self._line(depth, f"{target} = {self.expr(s.value)}", s, raises)]
@@ -255,6 +261,13 @@ class PyEmitter:
             "trace_words": self.trace_words(trace) if trace else None,
         }
 
+    def _function_body(self, f: ir.Function) -> list[str]:
+        self.in_function = f.name
+        try:
+            return self.block(f.body, 1)
+        finally:
+            self.in_function = None
+
     def context(self) -> dict:
         p = self.program
         stage_lines = {s.name: _loc_text(s.loc) for s in p.stages}
@@ -263,7 +276,7 @@ class PyEmitter:
                 "name": f.name,
                 "params": ", ".join(["p"] + [names.py(a.name) for a in f.params]),
                 "loc": _loc_text(f.loc),
-                "body": self.block(f.body, 1),
+                "body": self._function_body(f),
             }
             for f in p.functions
         ]

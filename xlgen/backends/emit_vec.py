@@ -100,29 +100,33 @@ class VecEmitter:
         self.arrays[base.name] = base
         return f"xl_a_{names.py(base.name)}"
 
-    def _index(self, index: ir.Expr, length: int, checked: bool) -> str:
+    def _index(self, index: ir.Expr, length: int, checked: bool, where: int) -> str:
         code = self.expr(index)
-        return f"v_idx(xl_L, {code}, {length}, {self.line})" if checked else code
+        return f"v_idx(xl_L, {code}, {length}, {self.line}, {where})" if checked else code
 
     def expr_Load(self, e: ir.Load) -> str:
-        return f"{self._array(e.base)}[{self._index(e.index, e.base.type.length, e.checked)}]"
+        index = self._index(e.index, e.base.type.length, e.checked, self.scalar.array_site(e.base))
+        return f"{self._array(e.base)}[{index}]"
 
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
         flat = ""
         for k, (index, dim, checked) in enumerate(zip(e.indices, e.dims, e.checked)):
-            code = self._index(index, dim, checked)
+            code = self._index(index, dim, checked, self.scalar.sites.of("tensor", e.tensor, k))
             flat = code if k == 0 else f"({flat}) * {dim} + {code}"
         return f"p.{names.py(e.tensor)}[{flat}]"
 
     def _pool_access(self, e) -> str:
         """A pool access's arguments to v_pool_get / v_pool_set after the value: the pool (its
         shared array itself: iterations write disjoint elements, so in place), a working copy
-        of the owner, the request id, the dims, the line, then each index, checked as it is
-        evaluated (left to right)."""
+        of the owner, the request id, the dims, the line, the pool's site, then each index,
+        checked as it is evaluated (left to right)."""
         owner = self._array(self.scalar.program.pool_owner(e.pool))
         req = self.expr(ir.Var(ir.REQ_ID, "req_id", ir.I32))
-        indices = [self._index(i, d, c) for i, d, c in zip(e.indices, e.pool.dims, e.checked)]
-        return f"sh.{names.py(e.pool.name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {', '.join(indices)}"
+        name = e.pool.name
+        indices = [self._index(i, d, c, self.scalar.sites.of("pool", name, k))
+                   for k, (i, d, c) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
+        return (f"sh.{names.py(name)}, {owner}, {req}, {e.pool.dims!r}, {self.line}, {self.scalar.sites.of('pool', name)}, "
+                f"{', '.join(indices)}")
 
     def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
         return f"v_pool_get(xl_L, {self._pool_access(e)})"
@@ -179,7 +183,8 @@ class VecEmitter:
         array = self._array(s.target)
         # the value first, then the index: the order the scalar simulator raises in
         return [f"{pad}xl_v = {value}",
-                f"{pad}v_store(xl_L, {array}, {self._index(s.index, s.target.type.length, s.checked)}, xl_v)",
+                f"{pad}v_store(xl_L, {array}, "
+                f"{self._index(s.index, s.target.type.length, s.checked, self.scalar.array_site(s.target))}, xl_v)",
                 f"{pad}xl_L.end()"]
 
     def stmt_PoolStore(self, s: ir.PoolStore, depth):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backends.names import py
 from .tensors import bind
-from ..semantics.ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, SharedWrites, XlRuntimeError, collective, f32, wrap_i32)
+from ..semantics.ops import (CANONICAL_NAN_BITS, ERR_CONFLICT, ERR_WATCHDOG, ERROR_WORDS, SharedWrites, XlRuntimeError, collective, f32, wrap_i32)
 
 REC_HEADER = 4  # req_id, round, kind, stage
 KIND_ERROR = 0xFFFFFFFF
@@ -60,7 +60,7 @@ class RunResult:
     def record_table(self) -> np.ndarray:
         """`records` as a structured array (a view, no copy): `req_id`, `round`, `kind` (a trace
         index, KIND_DONE or KIND_ERROR), `stage` (NO_STAGE for `done when` and the watchdog) and
-        `words` (a trace's values as u32 words; an error's code and .xl line)."""
+        `words` (a trace's values as u32 words; an error's code, .xl line and what failed)."""
         return as_record_table(self.records)
 
 
@@ -81,7 +81,7 @@ def pool_table(module) -> list:
 
 
 def record_width(module) -> int:
-    widths = [2]  # an error record carries (code, line)
+    widths = [ERROR_WORDS]
     for index, stage, fields in module.TRACES:
         n = 0
         for name in fields:
@@ -89,6 +89,15 @@ def record_width(module) -> int:
             n += entry[3]
         widths.append(n)
     return REC_HEADER + max(widths)
+
+
+def error_record(req_id: int, rnd: int, stage: int, exc: XlRuntimeError, module_file: str) -> tuple:
+    return (req_id, rnd, KIND_ERROR, stage, exc.code, _error_line(exc, module_file), *exc.detail_words())
+
+
+def _bare_error(req_id: int, rnd: int, stage: int, code: int, line: int) -> tuple:
+    """An error record that says no more than its code and line (the watchdog, a conflict)."""
+    return (req_id, rnd, KIND_ERROR, stage, code, line, *XlRuntimeError(code).detail_words())
 
 
 def _error_line(exc: BaseException, module_file: str) -> int:
@@ -217,7 +226,7 @@ def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:
             if trace is not None:
                 out.append((r.xl_id, rnd, trace_index, index, *trace(r)))
     except XlRuntimeError as exc:
-        out.append((r.xl_id, rnd, KIND_ERROR, index, exc.code, _error_line(exc, module.__file__)))
+        out.append(error_record(r.xl_id, rnd, index, exc, module.__file__))
         return False
     return True
 
@@ -234,7 +243,7 @@ def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int, re
     bodies, finished = {}, []
 
     def fail(req_id: int, exc: XlRuntimeError) -> None:
-        records[req_id].append((req_id, rnd, KIND_ERROR, index, exc.code, _error_line(exc, module.__file__)))
+        records[req_id].append(error_record(req_id, rnd, index, exc, module.__file__))
         failed.add(req_id)
 
     for req_id in req_ids:
@@ -266,7 +275,7 @@ def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int, re
     conflicted = writes.apply(sh)
     for req_id in sorted(finished):
         if req_id in conflicted:
-            records[req_id].append((req_id, rnd, KIND_ERROR, index, ERR_CONFLICT, line))
+            records[req_id].append(_bare_error(req_id, rnd, index, ERR_CONFLICT, line))
             failed.add(req_id)
         elif trace is not None:
             records[req_id].append((req_id, rnd, trace_index, index, *trace(reqs[req_id])))
@@ -289,7 +298,7 @@ def _retire_check(module, r, sh, p, rnd: int, out: list) -> bool | None:
     try:
         done = module.is_done(r, sh, p)
     except XlRuntimeError as exc:
-        out.append((r.xl_id, rnd, KIND_ERROR, NO_STAGE, exc.code, _error_line(exc, module.__file__)))
+        out.append(error_record(r.xl_id, rnd, NO_STAGE, exc, module.__file__))
         return None
     if done:
         out.append((r.xl_id, rnd, KIND_DONE, NO_STAGE))
@@ -321,7 +330,7 @@ def run(module, params=None, inputs: list[dict] | None = None, config: LaunchCon
             break
         if rnd >= config.max_rounds:
             for req_id in active + list(range(queue_head, n)):
-                records[req_id].append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
+                records[req_id].append(_bare_error(req_id, rnd, NO_STAGE, ERR_WATCHDOG, 0))
             break
         for req_id in active:  # phase 1: per-request stages (parallel on the GPU)
             if not all(_run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]) for stage in per_request):
@@ -461,7 +470,7 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
         """One iteration of a request; False when it has ended."""
         r, rnd, out = reqs[req_id], iteration[req_id], records[req_id]
         if rnd >= config.max_rounds:
-            out.append((req_id, rnd, KIND_ERROR, NO_STAGE, ERR_WATCHDOG, 0))
+            out.append(_bare_error(req_id, rnd, NO_STAGE, ERR_WATCHDOG, 0))
             return False
         if not all(_run_stage(module, stage, r, sh, p, rnd, out) for stage in per_request):
             return False

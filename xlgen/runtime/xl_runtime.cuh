@@ -38,27 +38,75 @@ typedef signed char int8_t;
 enum { XL_ERR_DIV_ZERO = 1, XL_ERR_INDEX = 2, XL_ERR_SHIFT = 3, XL_ERR_CAST = 4, XL_ERR_BUILTIN = 5, XL_ERR_WATCHDOG = 6,
        XL_ERR_CONFLICT = 7, XL_ERR_NOT_OWNER = 8 };
 
+// How a 32-bit word reads: collectives' contributions, and an error's value (below).
+enum { XL_WORD_I = 0, XL_WORD_U = 1, XL_WORD_F = 2 };
+// Subject ids of the builtins that check an argument (ops.py SUBJECT_*, core/subjects.py).
+enum { XL_SUBJECT_VERIFY_PREFIX = 2, XL_SUBJECT_TARGET_TOKEN = 3, XL_SUBJECT_DRAFT_TOKEN = 4 };
+constexpr int32_t XL_SITE_SHIFT = 16;  // a site: subject << XL_SITE_SHIFT | position
+// Here a site also holds the value's type (bits 14-15), so that the record's word (how the value
+// reads) is worked out when the record is written (xl_error_word) and no register carries it.
+constexpr int32_t XL_SITE_TYPE_SHIFT = 14;
+constexpr int32_t XL_SITE_POSITION = (1 << XL_SITE_TYPE_SHIFT) - 1;
+enum { XL_SITE_I32 = 0, XL_SITE_U32 = 1 << XL_SITE_TYPE_SHIFT, XL_SITE_F32 = 2 << XL_SITE_TYPE_SHIFT };
+// Positions of DIV_ZERO and SHIFT (the operator) and CAST (the target type).
+enum { XL_OP_DIV = 0, XL_OP_REM = 1, XL_OP_SHL = 0, XL_OP_SHR = 1, XL_TO_I32 = 0, XL_TO_U32 = 1 };
+
 // A statement's first runtime error. `key` is the failing operation's position
 // in left-to-right evaluation order, so the earliest error wins whatever order
 // the compiler evaluated the operands in (see xlgen/backends/emit_cpp.py).
+// What failed (docs/semantics.md §12, ops.XlRuntimeError): `site` (the subject: array, tensor,
+// pool, builtin; the position: dimension, parameter, operator; the value's type), the value
+// out of range and the bound it broke. Set only on the failing branch of a check: the checks
+// themselves are what they were, and these fields are dead unless `code` is set.
 struct XlErr {
     int32_t code;
     int32_t line;
     int32_t key;
+    int32_t site;
+    uint32_t value;
+    uint32_t bound;
 };
 
-XL_HD void xl_err_set(XlErr& e, int32_t key, int32_t code, int32_t line) {
+XL_HD void xl_err_set(XlErr& e, int32_t key, int32_t code, int32_t line, int32_t site = 0, uint32_t value = 0u,
+                      uint32_t bound = 0u) {
     if (e.code == 0 || key < e.key) {
         e.code = code;
         e.line = line;
         e.key = key;
+        e.site = site;
+        e.value = value;
+        e.bound = bound;
     }
+}
+// An integer value out of range, of the value's type.
+XL_HD void xl_err_int(XlErr& e, int32_t key, int32_t code, int32_t line, int32_t site, int32_t value, int32_t bound) {
+    xl_err_set(e, key, code, line, site | XL_SITE_I32, (uint32_t)value, (uint32_t)bound);
+}
+XL_HD void xl_err_int(XlErr& e, int32_t key, int32_t code, int32_t line, int32_t site, uint32_t value, int32_t bound) {
+    xl_err_set(e, key, code, line, site | XL_SITE_U32, value, (uint32_t)bound);
+}
+
+// The test after a statement that may fail (emit_cpp.py): true when it did. Otherwise `code` is
+// 0 and the rest is reset to constants, which tells the compiler that what a check records is
+// dead on the way on (else a loop around the statement would carry it in registers).
+XL_HD bool xl_failed(XlErr& e) {
+    if (e.code) return true;
+    e = XlErr{0, 0, 0};
+    return false;
+}
+
+// How an error record's value reads (ops.value_word): XL_WORD_I a negative integer, XL_WORD_U
+// one at or above zero, XL_WORD_F an f32.
+XL_HD uint32_t xl_error_word(const XlErr& e) {
+    const int32_t type = e.site & (3 << XL_SITE_TYPE_SHIFT);
+    if (type == XL_SITE_F32) return XL_WORD_F;
+    return type == XL_SITE_I32 && (int32_t)e.value < 0 ? XL_WORD_I : XL_WORD_U;
 }
 
 // A helper function failed: report its error to the caller's statement under the call's key.
 template <typename T>
 XL_HD T xl_raise(XlErr& caller, int32_t key, const XlErr& inner) {
-    xl_err_set(caller, key, inner.code, inner.line);
+    xl_err_set(caller, key, inner.code, inner.line, inner.site, inner.value, inner.bound);
     return T();
 }
 
@@ -88,49 +136,50 @@ XL_HD bool xl_ne(uint32_t a, uint32_t b) { return a != b; }
 XL_HD bool xl_beq(bool a, bool b) { return a == b; }
 XL_HD bool xl_bne(bool a, bool b) { return a != b; }
 
+// Division by zero records the operator (the position) and the dividend (the value).
 XL_HD int32_t xl_div(XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
-    if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
+    if (b == 0) { xl_err_int(e, k, XL_ERR_DIV_ZERO, line, XL_OP_DIV, a, 0); return 0; }
     if (b == -1) return xl_neg(a);  // INT_MIN / -1 wraps instead of trapping
     return a / b;
 }
 XL_HD int32_t xl_rem(XlErr& e, int32_t k, int32_t line, int32_t a, int32_t b) {
-    if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
+    if (b == 0) { xl_err_int(e, k, XL_ERR_DIV_ZERO, line, XL_OP_REM, a, 0); return 0; }
     if (b == -1) return 0;
     return a % b;
 }
 XL_HD uint32_t xl_div(XlErr& e, int32_t k, int32_t line, uint32_t a, uint32_t b) {
-    if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
+    if (b == 0) { xl_err_int(e, k, XL_ERR_DIV_ZERO, line, XL_OP_DIV, a, 0); return 0; }
     return a / b;
 }
 XL_HD uint32_t xl_rem(XlErr& e, int32_t k, int32_t line, uint32_t a, uint32_t b) {
-    if (b == 0) { xl_err_set(e, k, XL_ERR_DIV_ZERO, line); return 0; }
+    if (b == 0) { xl_err_int(e, k, XL_ERR_DIV_ZERO, line, XL_OP_REM, a, 0); return 0; }
     return a % b;
 }
 
-// Shift amounts may be i32 or u32; outside 0..31 is a runtime error.
-XL_HD bool xl_shift_ok(XlErr& e, int32_t k, int32_t line, int32_t n) {
-    if (n < 0 || n > 31) { xl_err_set(e, k, XL_ERR_SHIFT, line); return false; }
+// Shift amounts may be i32 or u32; outside 0..31 is a runtime error (the amount is its value).
+XL_HD bool xl_shift_ok(XlErr& e, int32_t k, int32_t line, int32_t op, int32_t n) {
+    if (n < 0 || n > 31) { xl_err_int(e, k, XL_ERR_SHIFT, line, op, n, 0); return false; }
     return true;
 }
-XL_HD bool xl_shift_ok(XlErr& e, int32_t k, int32_t line, uint32_t n) {
-    if (n > 31u) { xl_err_set(e, k, XL_ERR_SHIFT, line); return false; }
+XL_HD bool xl_shift_ok(XlErr& e, int32_t k, int32_t line, int32_t op, uint32_t n) {
+    if (n > 31u) { xl_err_int(e, k, XL_ERR_SHIFT, line, op, n, 0); return false; }
     return true;
 }
 template <typename N>
 XL_HD int32_t xl_shl(XlErr& e, int32_t k, int32_t line, int32_t a, N n) {
-    return xl_shift_ok(e, k, line, n) ? (int32_t)((uint32_t)a << (uint32_t)n) : 0;
+    return xl_shift_ok(e, k, line, XL_OP_SHL, n) ? (int32_t)((uint32_t)a << (uint32_t)n) : 0;
 }
 template <typename N>
 XL_HD uint32_t xl_shl(XlErr& e, int32_t k, int32_t line, uint32_t a, N n) {
-    return xl_shift_ok(e, k, line, n) ? a << (uint32_t)n : 0u;
+    return xl_shift_ok(e, k, line, XL_OP_SHL, n) ? a << (uint32_t)n : 0u;
 }
 template <typename N>
 XL_HD int32_t xl_shr(XlErr& e, int32_t k, int32_t line, int32_t a, N n) {
-    return xl_shift_ok(e, k, line, n) ? a >> (uint32_t)n : 0;  // arithmetic on every supported compiler
+    return xl_shift_ok(e, k, line, XL_OP_SHR, n) ? a >> (uint32_t)n : 0;  // arithmetic on every supported compiler
 }
 template <typename N>
 XL_HD uint32_t xl_shr(XlErr& e, int32_t k, int32_t line, uint32_t a, N n) {
-    return xl_shift_ok(e, k, line, n) ? a >> (uint32_t)n : 0u;
+    return xl_shift_ok(e, k, line, XL_OP_SHR, n) ? a >> (uint32_t)n : 0u;
 }
 
 XL_HD int32_t xl_abs(int32_t a) { return a < 0 ? xl_neg(a) : a; }
@@ -142,13 +191,14 @@ XL_HD T xl_max(T a, T b) { return (b > a) ? b : a; }
 template <typename T>
 XL_HD T xl_clamp(T x, T lo, T hi) { return xl_min(xl_max(x, lo), hi); }
 
-// Checked array index: out of range records INDEX and yields 0, a safe index.
-XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n) {
-    if (i < 0 || i >= n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
+// Checked array index: out of range records INDEX (the site: the array and the dimension; the
+// index; the length) and yields 0, a safe index.
+XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n, int32_t site) {
+    if (i < 0 || i >= n) { xl_err_int(e, k, XL_ERR_INDEX, line, site, i, n); return 0; }
     return i;
 }
-XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n) {  // a u32 index is never negative
-    if (i >= (uint32_t)n) { xl_err_set(e, k, XL_ERR_INDEX, line); return 0; }
+XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n, int32_t site) {  // a u32 index is never negative
+    if (i >= (uint32_t)n) { xl_err_int(e, k, XL_ERR_INDEX, line, site, i, n); return 0; }
     return (int32_t)i;
 }
 
@@ -158,9 +208,14 @@ XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n) {
 template <bool On> struct XlCheck { static constexpr bool on = On; };
 #define XL_CHECKS(c) decltype(c)::on
 template <bool On>
-XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n) {
-    if constexpr (On) return xl_idx(e, k, line, i, n);
+XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t i, int32_t n, int32_t site) {
+    if constexpr (On) return xl_idx(e, k, line, i, n, site);
     return i;
+}
+template <bool On>
+XL_HD int32_t xl_idx_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n, int32_t site) {
+    if constexpr (On) return xl_idx(e, k, line, i, n, site);
+    return (int32_t)i;
 }
 // Integer division by a divisor proved non-zero (INT_MIN / -1 still wraps).
 XL_HD int32_t xl_div_nz(int32_t a, int32_t b) { return b == -1 ? xl_neg(a) : a / b; }
@@ -177,9 +232,12 @@ XL_HD int32_t xl_rem_v(XlCheck<On>, XlErr& e, int32_t k, int32_t line, int32_t a
 }
 
 // A pool access's owner check (docs/semantics.md §13.3), after its indices' checks: `page` (in
-// range: checked, or 0 after a failed check) must belong to the request. Yields the page.
-XL_HD int32_t xl_pool_page(XlErr& e, int32_t k, int32_t line, const int32_t* owner, int32_t req_id, int32_t page) {
-    if (owner[page] != req_id) xl_err_set(e, k, XL_ERR_NOT_OWNER, line);
+// range: checked, or 0 after a failed check) must belong to the request. Yields the page. The
+// error names the pool (`site`), the page and its owner.
+XL_HD int32_t xl_pool_page(XlErr& e, int32_t k, int32_t line, int32_t site, const int32_t* owner, int32_t req_id,
+                           int32_t page) {
+    const int32_t holder = owner[page];
+    if (holder != req_id) xl_err_int(e, k, XL_ERR_NOT_OWNER, line, site, page, holder);
     return page;
 }
 
@@ -231,11 +289,17 @@ XL_HD uint32_t xl_f32_bits(float x) { return x != x ? 0x7FC00000u : xl_float_bit
 
 XL_HD int32_t xl_f2i(XlErr& e, int32_t k, int32_t line, float x) {
     // No binary32 lies strictly between -2^31 - 1 and -2^31, so `>=` admits exactly INT_MIN.
-    if (!(x >= -2147483648.0f && x < 2147483648.0f)) { xl_err_set(e, k, XL_ERR_CAST, line); return 0; }
+    if (!(x >= -2147483648.0f && x < 2147483648.0f)) {
+        xl_err_set(e, k, XL_ERR_CAST, line, XL_TO_I32 | XL_SITE_F32, xl_f32_bits(x));
+        return 0;
+    }
     return (int32_t)x;
 }
 XL_HD uint32_t xl_f2u(XlErr& e, int32_t k, int32_t line, float x) {
-    if (!(x > -1.0f && x < 4294967296.0f)) { xl_err_set(e, k, XL_ERR_CAST, line); return 0u; }
+    if (!(x > -1.0f && x < 4294967296.0f)) {
+        xl_err_set(e, k, XL_ERR_CAST, line, XL_TO_U32 | XL_SITE_F32, xl_f32_bits(x));
+        return 0u;
+    }
     return (uint32_t)x;
 }
 
@@ -380,17 +444,23 @@ XL_HD uint32_t xl_mix(uint32_t seed, int32_t pos, int32_t prev, uint32_t salt) {
     return xl_hash(h ^ ((uint32_t)prev * 0x9E3779B1u));
 }
 
+// A vocab below 2: BUILTIN, naming the builtin and its parameter 3 (builtins.py _check_vocab).
+XL_HD bool xl_vocab_ok(XlErr& e, int32_t k, int32_t line, int32_t subject, int32_t vocab) {
+    if (vocab < 2) { xl_err_int(e, k, XL_ERR_BUILTIN, line, subject << XL_SITE_SHIFT | 3, vocab, 2); return false; }
+    return true;
+}
+
 XL_HD int32_t xl_b_target_token(XlErr& e, int32_t k, int32_t line, uint32_t seed, int32_t pos, int32_t prev, int32_t vocab) {
-    if (vocab < 2) { xl_err_set(e, k, XL_ERR_BUILTIN, line); return 0; }
+    if (!xl_vocab_ok(e, k, line, XL_SUBJECT_TARGET_TOKEN, vocab)) return 0;
     return (int32_t)(xl_mix(seed, pos, prev, 0x7A3C5E11u) % (uint32_t)vocab);
 }
 
 XL_HD int32_t xl_b_draft_token(XlErr& e, int32_t k, int32_t line, uint32_t seed, int32_t pos, int32_t prev, int32_t vocab, float agree) {
-    const int32_t target = xl_b_target_token(e, k, line, seed, pos, prev, vocab);
-    // Not `if (e.code)`: `e` is the whole statement's error, and may already hold one from an
-    // operand the compiler evaluated first (a later key). This call did not fail, so it must not
-    // return a substitute value, which could raise a spurious earlier error (`x % 0`).
-    if (vocab < 2) return 0;  // xl_b_target_token recorded BUILTIN
+    // Not `if (e.code)` after a call: `e` is the whole statement's error, and may already hold one
+    // from an operand the compiler evaluated first (a later key). This call did not fail, so it must
+    // not return a substitute value, which could raise a spurious earlier error (`x % 0`).
+    if (!xl_vocab_ok(e, k, line, XL_SUBJECT_DRAFT_TOKEN, vocab)) return 0;
+    const int32_t target = (int32_t)(xl_mix(seed, pos, prev, 0x7A3C5E11u) % (uint32_t)vocab);  // target_token's
     const uint32_t h = xl_mix(seed, pos, prev, 0x2C1B3C6Du);
     const float u = (float)(h >> 8) * (1.0f / 16777216.0f);  // exact: a 24-bit integer times 2^-24
     if (u < agree) return target;
@@ -403,7 +473,10 @@ XL_HD int32_t xl_b_draft_token(XlErr& e, int32_t k, int32_t line, uint32_t seed,
 // the acceptance rate. The CPU build scans.
 XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const int32_t* a, int32_t alen,
                                      const int32_t* b, int32_t blen, int32_t n) {
-    if (n < 0 || n > alen || n > blen) { xl_err_set(e, k, XL_ERR_BUILTIN, line); return 0; }
+    if (n < 0 || n > alen || n > blen) {  // n (parameter 2) must be in 0..min(alen, blen)
+        xl_err_int(e, k, XL_ERR_BUILTIN, line, XL_SUBJECT_VERIFY_PREFIX << XL_SITE_SHIFT | 2, n, alen < blen ? alen : blen);
+        return 0;
+    }
 #if XL_ON_GPU
     // Every chunk is scanned (no early exit), so the cost is ceil(n/32) ballots
     // whatever the acceptance rate; the first mismatching chunk gives the answer.
@@ -470,7 +543,6 @@ __device__ unsigned long long xl_prof[256];
 #endif
 
 enum { XL_SCAN = 0, XL_SUM = 1, XL_COUNT = 2, XL_MIN_OF = 3, XL_MAX_OF = 4, XL_ARGMIN = 5, XL_ARGMAX = 6 };
-enum { XL_WORD_I = 0, XL_WORD_U = 1, XL_WORD_F = 2 };
 
 // CPU: a word's tag is 0 untouched; XL_TAG_SUM summed (`+=`); else the slot + 1 of the
 // request that claimed it (`=`), with XL_TAG_CONFLICT once another request wrote it too.
@@ -710,28 +782,38 @@ constexpr int64_t XL_NO_INDEX = 0x7FFFFFFFFFFFFFFFll;  // (NVRTC has no INT64_MA
 
 struct XlLaneErr {
     int64_t at;  // the lowest failing index seen; XL_NO_INDEX: none
-    int32_t code;
-    int32_t line;
+    XlErr e;     // its error (e.code 0: none; the key is unused)
 };
 
 XL_HD void xl_lane_err_note(XlLaneErr& first, int64_t at, const XlErr& e) {
-    if (e.code && at < first.at) first = {at, e.code, e.line};
+    if (e.code && at < first.at) first = {at, e};
 }
 
 // Every lane ends with the warp's lowest failing index (a butterfly of minima).
 XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
 #if XL_ON_GPU
-    // Usually nothing failed: one vote instead of fifteen shuffles per reduction.
-    if (!__any_sync(0xFFFFFFFFu, first.code != 0)) return;
+    // Usually nothing failed: one vote instead of the shuffles per reduction.
+    if (!__any_sync(0xFFFFFFFFu, first.e.code != 0)) return;
     for (int k = 16; k >= 1; k >>= 1) {
-        const long long at = __shfl_xor_sync(0xFFFFFFFFu, (long long)first.at, k);
-        const int32_t code = __shfl_xor_sync(0xFFFFFFFFu, first.code, k);
-        const int32_t line = __shfl_xor_sync(0xFFFFFFFFu, first.line, k);
-        if (at < first.at) first = {at, code, line};
+        XlLaneErr other;
+        other.at = __shfl_xor_sync(0xFFFFFFFFu, (long long)first.at, k);
+        other.e.code = __shfl_xor_sync(0xFFFFFFFFu, first.e.code, k);
+        other.e.line = __shfl_xor_sync(0xFFFFFFFFu, first.e.line, k);
+        other.e.key = 0;
+        other.e.site = __shfl_xor_sync(0xFFFFFFFFu, first.e.site, k);
+        other.e.value = __shfl_xor_sync(0xFFFFFFFFu, first.e.value, k);
+        other.e.bound = __shfl_xor_sync(0xFFFFFFFFu, first.e.bound, k);
+        if (other.at < first.at) first = other;
     }
 #else
     (void)first;
 #endif
+}
+
+// The statement's error from the lowest failing iteration or element, if any.
+XL_HD void xl_lane_err_set(XlErr& err, int32_t key, const XlLaneErr& first) {
+    if (first.e.code)
+        xl_err_set(err, key, first.e.code, first.e.line, first.e.site, first.e.value, first.e.bound);
 }
 
 // Every thread of the team ends with the team's lowest failing index (its warps' minima
@@ -741,7 +823,7 @@ XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
 // reads them (a barrier that counts failures, so the usual loop without any pays nothing more).
 XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 #if XL_ON_GPU && XL_TEAM_WARPS > 1
-    if (!__syncthreads_or(first.code != 0)) return;
+    if (!__syncthreads_or(first.e.code != 0)) return;
     xl_warp_err_merge(first);
     __shared__ XlLaneErr xl_team_errs[XL_TEAM_WARPS];
     if ((threadIdx.x & 31u) == 0u) xl_team_errs[threadIdx.x >> 5] = first;
@@ -755,13 +837,13 @@ XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 #endif
     xl_warp_err_merge(first);
 #endif
-    if (first.code) xl_err_set(err, key, first.code, first.line);
+    xl_lane_err_set(err, key, first);
 }
 
 // A reduction's error: its warp's (every warp of a team computes the reduction).
 XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
     xl_warp_err_merge(first);
-    if (first.code) xl_err_set(err, key, first.code, first.line);
+    xl_lane_err_set(err, key, first);
 }
 
 #if XL_ON_GPU
@@ -785,7 +867,7 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // (emit_cpp.py), so that loop's exit barrier already separates them.
 template <bool ByWarp, bool EntrySync = true, typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
-    XlLaneErr first = {XL_NO_INDEX, 0, 0};
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
 #if XL_ON_GPU
     if (EntrySync) XL_TEAM_SYNC();
     const int64_t start = ByWarp ? (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS : XL_TEAM_RANK;
@@ -823,7 +905,7 @@ XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL
 // fail (ranges.py proved it), so no error test per element and no error merge.
 template <typename T, bool Check = true, typename Elem>
 XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem elem) {
-    XlLaneErr first = {XL_NO_INDEX, 0, 0};
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
 #if XL_ON_GPU
     T acc = xl_sum_identity<T>();
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
@@ -873,7 +955,7 @@ XL_HD void xl_best_merge(T& v, int64_t& i, T ov, int64_t oi, bool greatest) {
 // an empty range) and leaves its value in *best.
 template <typename T, bool Check = true, typename Elem>
 XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
-    XlLaneErr first = {XL_NO_INDEX, 0, 0};
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
     T v = T(0);
     int64_t at = XL_NO_INDEX;
 #if XL_ON_GPU

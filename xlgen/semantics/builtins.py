@@ -6,7 +6,7 @@ Each must compute exactly what its C++ version computes; the diff tests check it
 from __future__ import annotations
 
 from . import xlmath
-from .ops import ERR_BUILTIN, XlRuntimeError
+from .ops import ERR_BUILTIN, SUBJECT_DRAFT_TOKEN, SUBJECT_TARGET_TOKEN, SUBJECT_VERIFY_PREFIX, XlRuntimeError, site
 
 _M32 = 0xFFFFFFFF
 
@@ -22,9 +22,14 @@ def b_hash_u32(x: int) -> int:
     return x
 
 
+# An argument out of range names the builtin and the parameter (its position), with the value
+# and the bound it broke: verify_prefix's n must be in 0..min(len(a), len(b)), a vocab at least 2.
+VOCAB_MIN = 2
+
+
 def b_verify_prefix(a: list, b: list, n: int) -> int:
     if n < 0 or n > len(a) or n > len(b):
-        raise XlRuntimeError(ERR_BUILTIN)
+        raise XlRuntimeError(ERR_BUILTIN, site=site(SUBJECT_VERIFY_PREFIX, 2), value=n, bound=min(len(a), len(b)))
     for i in range(n):
         if a[i] != b[i]:
             return i
@@ -37,14 +42,19 @@ def _mix(seed: int, pos: int, prev: int, salt: int) -> int:
     return b_hash_u32(h ^ ((prev * 0x9E3779B1) & _M32))
 
 
+def _check_vocab(vocab: int, subject: int) -> None:
+    if vocab < VOCAB_MIN:
+        raise XlRuntimeError(ERR_BUILTIN, site=site(subject, 3), value=vocab, bound=VOCAB_MIN)
+
+
 def b_target_token(seed: int, pos: int, prev: int, vocab: int) -> int:
-    if vocab < 2:
-        raise XlRuntimeError(ERR_BUILTIN)
+    _check_vocab(vocab, SUBJECT_TARGET_TOKEN)
     return _mix(seed, pos, prev, 0x7A3C5E11) % vocab
 
 
 def b_draft_token(seed: int, pos: int, prev: int, vocab: int, agree: float) -> int:
     """The target's token with probability `agree`, otherwise a different token."""
+    _check_vocab(vocab, SUBJECT_DRAFT_TOKEN)  # (its own: the error names draft_token)
     target = b_target_token(seed, pos, prev, vocab)
     h = _mix(seed, pos, prev, 0x2C1B3C6D)
     u = (h >> 8) * (1.0 / 16777216.0)  # exact: 24-bit integer times a power of two, in [0, 1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import struct
 
+from ..core.subjects import SITE_SHIFT, site
+
 # Runtime error codes, shared with xl_runtime.cuh (XL_ERR_*).
 ERR_DIV_ZERO = 1
 ERR_INDEX = 2
@@ -31,13 +33,52 @@ ERROR_NAMES = {
 }
 
 
-class XlRuntimeError(Exception):
-    """A runtime error inside generated code; `line` is the .xl source line."""
+# What an error record says besides its code and line (docs/semantics.md §12). A check's
+# `site` packs its subject (an id of xlgen/core/subjects.py: the array, tensor, pool, shared
+# field or builtin) and a position (the dimension, the builtin's parameter, the operator);
+# `value` is the value out of range and `bound` what it broke. `word` says how the value's
+# 32 bits read: WORD_I a negative integer, WORD_U one at or above zero, WORD_F an f32 (the
+# value alone decides, so every backend writes the same word whatever the operand's type).
+# An error record's words after its header: code, line, subject, position, value, bound, word.
+ERROR_WORDS = 7
+WORD_I, WORD_U, WORD_F = 0, 1, 2  # as XL_WORD_* in xl_runtime.cuh
+# The builtins that check an argument, by subject id: builtins come first among the subjects,
+# in prelude order (core/subjects.py; tests/test_runtime_errors.py checks it).
+SUBJECT_VERIFY_PREFIX = 2
+SUBJECT_TARGET_TOKEN = 3
+SUBJECT_DRAFT_TOKEN = 4
+# Positions of DIV_ZERO (the operator), SHIFT (the operator) and CAST (the target type).
+OP_DIV, OP_REM = 0, 1
+OP_SHL, OP_SHR = 0, 1
+TO_I32, TO_U32 = 0, 1
 
-    def __init__(self, code: int, line: int = 0):
+
+def value_word(value) -> int:
+    """WORD_F for a float, else WORD_I for a negative integer and WORD_U for the others."""
+    if isinstance(value, float):
+        return WORD_F
+    return WORD_I if value < 0 else WORD_U
+
+
+class XlRuntimeError(Exception):
+    """A runtime error inside generated code; `line` is the .xl source line, the rest what
+    failed (above): `value` an int or, for a cast, the float (or, with `word`, its bits)."""
+
+    def __init__(self, code: int, line: int = 0, site: int = 0, value=0, bound: int = 0, word: int | None = None):
         super().__init__(ERROR_NAMES.get(code, f"error {code}"))
         self.code = code
         self.line = line
+        self.site = site
+        self.value = value
+        self.bound = bound
+        self.word = value_word(value) if word is None else word
+
+    def detail_words(self) -> tuple[int, int, int, int, int]:
+        """The record's words after the code and line: subject, position, value, bound, word."""
+        value = self.value
+        bits = f32_bits(value) if isinstance(value, float) else int(value) & 0xFFFFFFFF
+        return (self.site >> SITE_SHIFT, self.site & ((1 << SITE_SHIFT) - 1), bits, int(self.bound) & 0xFFFFFFFF,
+                self.word)
 
 
 _F32 = struct.Struct("<f")
@@ -78,27 +119,27 @@ def wrap_u32(x: int) -> int:
 
 def div_i32(a: int, b: int) -> int:
     if b == 0:
-        raise XlRuntimeError(ERR_DIV_ZERO)
+        raise XlRuntimeError(ERR_DIV_ZERO, site=site(0, OP_DIV), value=a)
     q = abs(a) // abs(b)
     return wrap_i32(q if (a < 0) == (b < 0) else -q)
 
 
 def rem_i32(a: int, b: int) -> int:
     if b == 0:
-        raise XlRuntimeError(ERR_DIV_ZERO)
+        raise XlRuntimeError(ERR_DIV_ZERO, site=site(0, OP_REM), value=a)
     r = abs(a) % abs(b)
     return wrap_i32(-r if a < 0 else r)
 
 
 def div_u32(a: int, b: int) -> int:
     if b == 0:
-        raise XlRuntimeError(ERR_DIV_ZERO)
+        raise XlRuntimeError(ERR_DIV_ZERO, site=site(0, OP_DIV), value=a)
     return a // b
 
 
 def rem_u32(a: int, b: int) -> int:
     if b == 0:
-        raise XlRuntimeError(ERR_DIV_ZERO)
+        raise XlRuntimeError(ERR_DIV_ZERO, site=site(0, OP_REM), value=a)
     return a % b
 
 
@@ -111,37 +152,37 @@ def div_f32(a: float, b: float) -> float:
     return f32(a / b)
 
 
-def _shift_amount(n: int) -> int:
+def _shift_amount(n: int, op: int) -> int:
     if n < 0 or n > 31:
-        raise XlRuntimeError(ERR_SHIFT)
+        raise XlRuntimeError(ERR_SHIFT, site=site(0, op), value=n)
     return n
 
 
 def shl_i32(a: int, n: int) -> int:
-    return wrap_i32(a << _shift_amount(n))
+    return wrap_i32(a << _shift_amount(n, OP_SHL))
 
 
 def shl_u32(a: int, n: int) -> int:
-    return wrap_u32(a << _shift_amount(n))
+    return wrap_u32(a << _shift_amount(n, OP_SHL))
 
 
 def shr_i32(a: int, n: int) -> int:
-    return a >> _shift_amount(n)  # arithmetic: Python's >> on negative ints floors, as sign fill does
+    return a >> _shift_amount(n, OP_SHR)  # arithmetic: Python's >> on negative ints floors, as sign fill does
 
 
 def shr_u32(a: int, n: int) -> int:
-    return a >> _shift_amount(n)
+    return a >> _shift_amount(n, OP_SHR)
 
 
 def f32_to_i32(x: float) -> int:
     if x != x or not (-2147483649.0 < x < 2147483648.0):
-        raise XlRuntimeError(ERR_CAST)
+        raise XlRuntimeError(ERR_CAST, site=site(0, TO_I32), value=float(x))
     return int(x)
 
 
 def f32_to_u32(x: float) -> int:
     if x != x or not (-1.0 < x < 4294967296.0):
-        raise XlRuntimeError(ERR_CAST)
+        raise XlRuntimeError(ERR_CAST, site=site(0, TO_U32), value=float(x))
     return int(x)
 
 
@@ -171,9 +212,10 @@ def abs_f32(x: float) -> float:
     return abs(x)
 
 
-def check_index(i: int, n: int) -> int:
+def check_index(i: int, n: int, where: int = 0) -> int:
+    """`i` if in 0..n-1; `where` is the check's site (its array and dimension)."""
     if i < 0 or i >= n:
-        raise XlRuntimeError(ERR_INDEX)
+        raise XlRuntimeError(ERR_INDEX, site=where, value=i, bound=n)
     return i
 
 
@@ -189,24 +231,24 @@ def new_pool(size: int, word: str):
     return np.zeros(size, dtype=POOL_DTYPES[word])
 
 
-def pool_element(owner, req_id: int, dims: tuple, indices: tuple) -> int:
+def pool_element(owner, req_id: int, dims: tuple, where: int, indices: tuple) -> int:
     """The flat (row-major) position of an element whose indices are in range, once the owner
-    check passed: page indices[0] must belong to the request."""
+    check passed: page indices[0] must belong to the request (`where`: the pool's site)."""
     if owner[indices[0]] != req_id:
-        raise XlRuntimeError(ERR_NOT_OWNER)
+        raise XlRuntimeError(ERR_NOT_OWNER, site=where, value=indices[0], bound=owner[indices[0]])
     flat = 0
     for i, d in zip(indices, dims):
         flat = flat * d + i
     return flat
 
 
-def pool_read(data, owner, req_id: int, dims: tuple, *indices):
-    return data[pool_element(owner, req_id, dims, indices)].item()  # a Python float or int
+def pool_read(data, owner, req_id: int, dims: tuple, where: int, *indices):
+    return data[pool_element(owner, req_id, dims, where, indices)].item()  # a Python float or int
 
 
-def pool_write(data, owner, req_id: int, dims: tuple, value, *indices) -> None:
+def pool_write(data, owner, req_id: int, dims: tuple, where: int, value, *indices) -> None:
     """`value` was evaluated before the indices (§8)."""
-    data[pool_element(owner, req_id, dims, indices)] = value
+    data[pool_element(owner, req_id, dims, where, indices)] = value
 
 
 def decimal_to_f32(text: str) -> float:

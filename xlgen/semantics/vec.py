@@ -18,7 +18,10 @@ import click
 import numpy as np
 
 from . import xlmath
-from .ops import ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER, ERR_SHIFT, XlRuntimeError, wrap_i32
+from .ops import (CANONICAL_NAN_BITS, ERR_BUILTIN, ERR_CAST, ERR_DIV_ZERO, ERR_INDEX, ERR_NOT_OWNER, ERR_SHIFT, OP_DIV, OP_REM,
+                  OP_SHL, OP_SHR, SUBJECT_DRAFT_TOKEN, SUBJECT_TARGET_TOKEN, TO_I32, TO_U32, WORD_F, WORD_I, WORD_U,
+                  XlRuntimeError, site, wrap_i32)
+from .builtins import VOCAB_MIN
 
 F32, I32, U32, BOOL = np.float32, np.int32, np.uint32, np.bool_
 REDUCE_LANES = 32
@@ -66,6 +69,9 @@ def _check_length(n: int, what: str) -> None:
                              f"here (it evaluates them at once; the limit is {LANES_MAX}); shorten the range, or "
                              "set XLGEN_SIM_LANES_MAX to a larger count if the memory is there")
 _BUTTERFLY = [np.arange(REDUCE_LANES) ^ k for k in (16, 8, 4, 2, 1)]
+# An error's parts, one array of each per iteration (ops.XlRuntimeError: value and bound as int64,
+# an f32 value as its bits with word WORD_F).
+ERROR_PARTS = ("code", "line", "site", "value", "bound", "word")
 
 
 class Lanes:
@@ -85,20 +91,29 @@ class Lanes:
         self.mask = self.live.copy()
         self.arms: list[np.ndarray] = []
         self.loops: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]] = []
-        self.code = np.zeros(n, dtype=np.int32)  # the current statement's first error, per iteration
-        self.line = np.zeros(n, dtype=np.int32)
-        self.fail_code = np.zeros(n, dtype=np.int32)
-        self.fail_line = np.zeros(n, dtype=np.int32)
+        self.err = {part: np.zeros(n, dtype=np.int64) for part in ERROR_PARTS}  # the current statement's
+        self.fail = {part: np.zeros(n, dtype=np.int64) for part in ERROR_PARTS}  # each iteration's error
+
+    @property
+    def code(self) -> np.ndarray:
+        """The current statement's error code per iteration (0: none)."""
+        return self.err["code"]
 
     # ---- errors
-    def check(self, bad, code: int, line: int) -> None:
-        """Iterations where `bad` holds fail with `code` unless this statement failed already."""
+    def check(self, bad, code: int, line: int, where: int = 0, value=0, bound=0, word=None) -> None:
+        """Iterations where `bad` holds fail with `code` unless this statement failed already;
+        `where`, `value`, `bound` and `word` say what failed (ops.XlRuntimeError), `value` and
+        `bound` per iteration or one for all (word None: by the value's sign)."""
         if not np.any(bad):  # the usual case, cheaply
             return
         new = self.mask & bad & (self.code == 0)
         if new.any():
-            self.code[new] = code
-            self.line[new] = line
+            value = np.broadcast_to(np.asarray(value, dtype=np.int64), (self.n,))[new]
+            parts = {"code": code, "line": line, "site": where, "value": value,
+                     "bound": np.broadcast_to(np.asarray(bound, dtype=np.int64), (self.n,))[new],
+                     "word": np.where(value < 0, WORD_I, WORD_U) if word is None else word}
+            for part, v in parts.items():
+                self.err[part][new] = v
 
     def ok(self) -> np.ndarray:
         """Iterations on which the current statement takes effect."""
@@ -108,18 +123,18 @@ class Lanes:
         """The end of a statement: iterations it failed on stop."""
         failed = self.code != 0
         if failed.any():
-            self.fail_code[failed] = self.code[failed]
-            self.fail_line[failed] = self.line[failed]
+            for part in ERROR_PARTS:
+                self.fail[part][failed] = self.err[part][failed]
+                self.err[part][:] = 0
             self.live &= ~failed
             self.mask &= ~failed
             self.arms = [m & ~failed for m in self.arms]
-            self.code[:] = 0
 
     def raise_first(self) -> None:
-        failed = np.flatnonzero(self.fail_code)
+        failed = np.flatnonzero(self.fail["code"])
         if failed.size:
-            k = failed[0]
-            raise XlRuntimeError(int(self.fail_code[k]), int(self.fail_line[k]))
+            f = {part: int(v[failed[0]]) for part, v in self.fail.items()}
+            raise XlRuntimeError(f["code"], f["line"], f["site"], f["value"], f["bound"], f["word"])
 
     # ---- `if` arms and conditional operands
     def push(self, cond) -> None:
@@ -174,39 +189,40 @@ def v_assign(L: Lanes, old, new):
 # ---- pools (docs/semantics.md §13.3) ----------------------------------------------------
 
 
-def _pool_element(L: Lanes, owner, req_id, dims, line: int, indices):
+def _pool_element(L: Lanes, owner, req_id, dims, line: int, where: int, indices):
     """The flat positions of the elements (indices already checked, left to right), after
     the owner check of their pages."""
-    L.check(owner[np.asarray(indices[0], dtype=np.int64)] != req_id, ERR_NOT_OWNER, line)
+    page = np.asarray(indices[0], dtype=np.int64)
+    L.check(owner[page] != req_id, ERR_NOT_OWNER, line, where, page, owner[page])
     flat = np.int64(0)
     for i, d in zip(indices, dims):
         flat = flat * d + np.asarray(i, dtype=np.int64)
     return flat
 
 
-def v_pool_get(L: Lanes, data, owner, req_id, dims, line: int, *indices):
-    return data[_pool_element(L, owner, req_id, dims, line, indices)]
+def v_pool_get(L: Lanes, data, owner, req_id, dims, line: int, where: int, *indices):
+    return data[_pool_element(L, owner, req_id, dims, line, where, indices)]
 
 
-def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, *indices) -> None:
-    v_store(L, data, _pool_element(L, owner, req_id, dims, line, indices), value)
+def v_pool_set(L: Lanes, value, data, owner, req_id, dims, line: int, where: int, *indices) -> None:
+    v_store(L, data, _pool_element(L, owner, req_id, dims, line, where, indices), value)
 
 
 # ---- checked operations ---------------------------------------------------------------
 
 
-def v_idx(L: Lanes, i, n: int, line: int):
+def v_idx(L: Lanes, i, n: int, line: int, where: int = 0):
     i = np.asarray(i)
     bad = (i < 0) | (i >= n) if i.dtype.kind == "i" else (i >= n)
     if not bad.any():  # the usual case: no copy (an index in range keeps flat indices < 2^31)
         return i
-    L.check(bad, ERR_INDEX, line)
+    L.check(bad, ERR_INDEX, line, where, i, n)
     return np.where(bad, 0, i).astype(np.int64)
 
 
-def _divisor(L: Lanes, b, line: int):
+def _divisor(L: Lanes, a, b, line: int, op: int):
     bad = b == 0
-    L.check(bad, ERR_DIV_ZERO, line)
+    L.check(bad, ERR_DIV_ZERO, line, site(0, op), a)
     return np.where(bad, 1, b)
 
 
@@ -219,7 +235,7 @@ def _positive_divisor(a, b) -> bool:
 def v_div_i32(L: Lanes, a, b, line: int):
     if _positive_divisor(a, b):
         return np.asarray(a // I32(b), dtype=np.int32)
-    b = _divisor(L, b, line).astype(np.int64)
+    b = _divisor(L, a, b, line, OP_DIV).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     q = np.abs(a) // np.abs(b)
     return np.where((a < 0) == (b < 0), q, -q).astype(np.int32)
@@ -228,54 +244,61 @@ def v_div_i32(L: Lanes, a, b, line: int):
 def v_rem_i32(L: Lanes, a, b, line: int):
     if _positive_divisor(a, b):
         return np.asarray(a % I32(b), dtype=np.int32)
-    b = _divisor(L, b, line).astype(np.int64)
+    b = _divisor(L, a, b, line, OP_REM).astype(np.int64)
     a = np.asarray(a).astype(np.int64)
     r = np.abs(a) % np.abs(b)
     return np.where(a < 0, -r, r).astype(np.int32)
 
 
 def v_div_u32(L: Lanes, a, b, line: int):
-    return (np.asarray(a) // _divisor(L, b, line)).astype(np.uint32)
+    return (np.asarray(a) // _divisor(L, a, b, line, OP_DIV)).astype(np.uint32)
 
 
 def v_rem_u32(L: Lanes, a, b, line: int):
-    return (np.asarray(a) % _divisor(L, b, line)).astype(np.uint32)
+    return (np.asarray(a) % _divisor(L, a, b, line, OP_REM)).astype(np.uint32)
 
 
-def _shift(L: Lanes, n, line: int):
+def _shift(L: Lanes, n, line: int, op: int):
     n = np.asarray(n)
     bad = (n < 0) | (n > 31) if n.dtype.kind == "i" else (n > 31)
-    L.check(bad, ERR_SHIFT, line)
+    L.check(bad, ERR_SHIFT, line, site(0, op), n)
     return np.where(bad, 0, n).astype(np.uint32)
 
 
 def v_shl_i32(L: Lanes, a, n, line: int):
-    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line)).astype(np.int32)
+    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line, OP_SHL)).astype(np.int32)
 
 
 def v_shl_u32(L: Lanes, a, n, line: int):
-    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line)).astype(np.uint32)
+    return (np.asarray(a).astype(np.uint32) << _shift(L, n, line, OP_SHL)).astype(np.uint32)
 
 
 def v_shr_i32(L: Lanes, a, n, line: int):
-    return (np.asarray(a).astype(np.int32) >> _shift(L, n, line).astype(np.int32)).astype(np.int32)
+    return (np.asarray(a).astype(np.int32) >> _shift(L, n, line, OP_SHR).astype(np.int32)).astype(np.int32)
 
 
 def v_shr_u32(L: Lanes, a, n, line: int):
-    return (np.asarray(a).astype(np.uint32) >> _shift(L, n, line)).astype(np.uint32)
+    return (np.asarray(a).astype(np.uint32) >> _shift(L, n, line, OP_SHR)).astype(np.uint32)
+
+
+def _f32_words(x: np.ndarray) -> np.ndarray:
+    """f32 values as the words an error record holds (every NaN the canonical one)."""
+    return np.where(np.isnan(x), CANONICAL_NAN_BITS, x.view(np.uint32)).astype(np.int64)
 
 
 def v_f2i(L: Lanes, x, line: int):
     x = np.asarray(x, dtype=np.float32)
     bad = ~((x >= np.float32(-2147483648.0)) & (x < np.float32(2147483648.0)))
-    L.check(bad, ERR_CAST, line)
+    if bad.any():
+        L.check(bad, ERR_CAST, line, site(0, TO_I32), _f32_words(x), word=WORD_F)
     return np.where(bad, np.float32(0), x).astype(np.int32)
 
 
 def v_f2u(L: Lanes, x, line: int):
     x = np.asarray(x, dtype=np.float32)
     bad = ~((x > np.float32(-1.0)) & (x < np.float32(4294967296.0)))
-    L.check(bad, ERR_CAST, line)
+    if bad.any():
+        L.check(bad, ERR_CAST, line, site(0, TO_U32), _f32_words(x), word=WORD_F)
     return np.where(bad, np.float32(0), x).astype(np.int64).astype(np.uint32)
 
 
@@ -339,10 +362,10 @@ def _v_mix(seed, pos, prev, salt: int):
     return v_hash_u32(h ^ (np.asarray(prev).astype(np.uint32) * np.uint32(0x9E3779B1)))
 
 
-def _v_vocab(L: Lanes, vocab, line: int):
-    bad = np.asarray(vocab) < 2
-    L.check(bad, ERR_BUILTIN, line)
-    return np.where(bad, 2, vocab).astype(np.uint32)
+def _v_vocab(L: Lanes, vocab, line: int, subject: int):
+    bad = np.asarray(vocab) < VOCAB_MIN
+    L.check(bad, ERR_BUILTIN, line, site(subject, 3), vocab, VOCAB_MIN)
+    return np.where(bad, VOCAB_MIN, vocab).astype(np.uint32)
 
 
 def vb_hash_u32(L: Lanes, line: int, x):
@@ -350,12 +373,12 @@ def vb_hash_u32(L: Lanes, line: int, x):
 
 
 def vb_target_token(L: Lanes, line: int, seed, pos, prev, vocab):
-    v = _v_vocab(L, vocab, line)
+    v = _v_vocab(L, vocab, line, SUBJECT_TARGET_TOKEN)
     return (_v_mix(seed, pos, prev, 0x7A3C5E11) % v).astype(np.int32)
 
 
 def vb_draft_token(L: Lanes, line: int, seed, pos, prev, vocab, agree):
-    v = _v_vocab(L, vocab, line)
+    v = _v_vocab(L, vocab, line, SUBJECT_DRAFT_TOKEN)
     target = (_v_mix(seed, pos, prev, 0x7A3C5E11) % v).astype(np.int64)
     h = _v_mix(seed, pos, prev, 0x2C1B3C6D)
     u = (h >> np.uint32(8)).astype(np.float64) * (1.0 / 16777216.0)  # exact, as in b_draft_token
@@ -582,8 +605,8 @@ class Elements(Lanes):
         if failed.size:
             iteration = self.iteration_of(failed)
             first_failure = np.r_[True, iteration[1:] != iteration[:-1]]
-            self.outer.code[iteration[first_failure]] = self.code[failed[first_failure]]
-            self.outer.line[iteration[first_failure]] = self.line[failed[first_failure]]
+            for part in ERROR_PARTS:
+                self.outer.err[part][iteration[first_failure]] = self.err[part][failed[first_failure]]
         v = np.asarray(np.broadcast_to(values, (self.n,)), dtype=dtype)
         return self._sum(v, dtype) if op == "sum" else self._best(v, dtype, op)
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...core import ir
-from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES, bits_f32
+from ...core.subjects import subject
+from ...semantics import ops
+from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES, ERROR_WORDS, bits_f32
 from ...runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE, REC_HEADER, RunResult, canonical_words
 from ...semantics.ops import CANONICAL_NAN_BITS
 
@@ -52,6 +54,59 @@ def show_word(word: int, t) -> str:
     return str(word)
 
 
+# The words of an error record after its header (docs/semantics.md §12).
+ERROR_WORD_NAMES = ("code", "line", "subject", "position", "value", "bound", "word")
+# How a builtin's argument must be, by the bound its error record carries (builtins.py).
+BUILTIN_RANGES = {"verify_prefix": "in 0..{bound} (the shorter array's length)",
+                  "target_token": "at least {bound}", "draft_token": "at least {bound}"}
+
+
+def error_value(word: int, how: int) -> int | float:
+    """An error record's value as its `word` says it reads (ops.WORD_I, WORD_U, WORD_F)."""
+    if how == ops.WORD_F:
+        return bits_f32(word)
+    return word - (1 << 32) if how == ops.WORD_I and word >= 1 << 31 else word
+
+
+def error_fields(program: ir.Program, words) -> dict:
+    """An error record's words after the header, by name, the subject named and the value read."""
+    fields = dict(zip(ERROR_WORD_NAMES, (int(w) for w in words[:ERROR_WORDS])))
+    fields["value"] = error_value(fields["value"], fields["word"])
+    fields["bound"] = fields["bound"] - (1 << 32) if fields["bound"] >= 1 << 31 else fields["bound"]  # an i32
+    named = subject(program, fields["subject"])
+    fields["subject"] = None if named is None else {"kind": named.kind, "name": named.name}
+    return fields
+
+
+def explain_error(program: ir.Program, words) -> str:
+    """What failed, in words: `index 9 out of range for 'draft' (length 8)`."""
+    f = error_fields(program, words)
+    code, position, value, bound = f["code"], f["position"], f["value"], f["bound"]
+    named = subject(program, int(words[2]))
+    what = named.describe() if named is not None else "an array"
+    if code == ops.ERR_INDEX:
+        if named is not None and len(named.dims) > 1:
+            what = f"dimension {position} of {what}"
+        return f"index {value} out of range for {what} (length {bound})"
+    if code == ops.ERR_DIV_ZERO:
+        return f"division by zero: {value} {'%' if position == ops.OP_REM else '/'} 0"
+    if code == ops.ERR_SHIFT:
+        return f"shift amount {value} out of range 0..31 ({'>>' if position == ops.OP_SHR else '<<'})"
+    if code == ops.ERR_CAST:
+        return f"f32 value {value!r} out of range for {'u32' if position == ops.TO_U32 else 'i32'}"
+    if code == ops.ERR_BUILTIN and named is not None and named.kind == "builtin":
+        param = named.params[position] if position < len(named.params) else f"#{position}"
+        rule = BUILTIN_RANGES.get(named.name, "within {bound}").format(bound=bound)
+        return f"argument '{param}' of {named.name} is {value}; it must be {rule}"
+    if code == ops.ERR_NOT_OWNER and named is not None:
+        owner = f"request {bound}" if bound >= 0 else f"no request (owner {bound})"
+        return f"page {value} of {what} is owned by {owner}, not by this one"
+    if code == ops.ERR_CONFLICT and named is not None:
+        element = f"[{value}]" if named.dims else ""
+        return f"another request also wrote '{named.name}{element}' in this collective stage"
+    return ERROR_NAMES.get(code, f"error {code}")
+
+
 def describe_record(program: ir.Program, rec: np.ndarray) -> str:
     req, rnd, kind, stage = (int(x) for x in rec[:REC_HEADER])
     if kind == KIND_DONE:
@@ -62,7 +117,8 @@ def describe_record(program: ir.Program, rec: np.ndarray) -> str:
             return (f"request {req} stopped by the max_iterations watchdog: unfinished after {rnd} rounds "
                     "(launch max_rounds)")
         where = "'done when'" if stage == NO_STAGE else f"stage {program.stages[stage].name}"
-        return f"request {req} round {rnd}: runtime error in {where}: {ERROR_NAMES.get(code, code)} (line {line})"
+        return f"request {req} round {rnd}: runtime error in {where} (line {line}): " \
+               f"{explain_error(program, rec[REC_HEADER:])}"
     fields = _trace_fields(program, kind)
     values = ", ".join(f"{label}={show_word(int(w), t)}" for (label, t), w in zip(fields, rec[REC_HEADER:]))
     return f"request {req} round {rnd} stage {program.stages[stage].name}: {values}"
@@ -90,6 +146,12 @@ def compare(program: ir.Program, a: RunResult, b: RunResult, check_state: bool =
                 if wa != wb:
                     details.insert(0, f"field {label}: {a.backend}={show_word(int(wa), t)} "
                                       f"{b.backend}={show_word(int(wb), t)}")
+                    break
+            details.append(f"source: {_stage_line(program, stage)}")
+        elif np.array_equal(ra[:REC_HEADER], rb[:REC_HEADER]) and kind == KIND_ERROR:
+            for label, wa, wb in zip(ERROR_WORD_NAMES, ra[REC_HEADER:], rb[REC_HEADER:]):
+                if wa != wb:
+                    details.insert(0, f"error {label}: {a.backend}={int(wa)} {b.backend}={int(wb)}")
                     break
             details.append(f"source: {_stage_line(program, stage)}")
         return Divergence(f"traces differ ({names}) at record {i}: request {req}, round {rnd}", details)

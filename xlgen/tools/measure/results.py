@@ -106,12 +106,12 @@ def records_by_kind(program, result) -> dict:
 
 def request_entries(program, result) -> list[dict]:
     """Per request: status (done, error, watchdog, unfinished), the round it ended in, the
-    error (message, code, .xl line, stage), every scalar request field's final value, and the
+    error (message, code, .xl line, stage, and what failed: subject, position, value, bound), every scalar request field's final value, and the
     declared output (`output FIELD[COUNT]`: its first COUNT elements)."""
     from ...core import ir
     from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES
     from ...runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE
-    from ..check.diff import describe_record
+    from ..check.diff import describe_record, error_fields
 
     table = result.record_table
     n = len(result.requests)
@@ -135,10 +135,12 @@ def request_entries(program, result) -> list[dict]:
             entry["status"] = "watchdog" if code == ERR_WATCHDOG else "error"
             entry["ended_round"] = int(rec["round"])
             in_stage = code != ERR_WATCHDOG and stage != NO_STAGE and stage < len(program.stages)
+            what = error_fields(program, rec["words"])  # what failed (docs/semantics.md §12)
             entry["error"] = {"message": describe_record(program, result.records[row]), "code": code,
                               "name": ERROR_NAMES.get(code, f"error {code}"),
                               "line": line if code != ERR_WATCHDOG else None,
-                              "stage": program.stages[stage].name if in_stage else None}
+                              "stage": program.stages[stage].name if in_stage else None,
+                              **{key: what[key] for key in ("subject", "position", "value", "bound")}}
         entry["fields"] = {f.name: _field_value(f.type, result.requests[f.name][i]) for f in scalars}
         if output is not None:
             count = int(result.requests[output.count][i])
