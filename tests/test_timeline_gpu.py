@@ -14,7 +14,7 @@ from xlgen.backends.build import load
 from xlgen.tools.measure import timeline as tl
 from xlgen.tools.check.diff import committed_output_fields, compare, compare_results
 from xlgen.tools.pipeline.metrics import slot_utilisation
-from xlgen.tools import workload as workloads
+from xlgen.tools.pipeline import workload as workloads
 
 gpu = pytest.importorskip("xlgen.runtime.gpu")
 pytestmark = [
