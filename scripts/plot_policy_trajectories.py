@@ -7,9 +7,10 @@ the GPU: the block sizes are the GPU's too), --n new tokens each. Columns:
 
   ASBS                    the seeds' thresholds (the bundled default)
   ASBS, small pool        a pool of about 60% of what the four need: pressure (cap 2) and evictions
-  cost, H100 costs        the cost policy at the pipeline's default costs (byte_spec on an H100 at
-                          batch 1, issue 23's final run: a verify of B + 1 positions costs about
-                          B + 1 plain steps), with and without the small pool
+  cost, H100 costs        the cost policy (one block per round for the four: cost_batch.xl) at the
+                          pipeline's default costs (byte_spec on an H100 at batch 1, issue 23's
+                          final run: a verify of B + 1 positions costs about B + 1 plain steps),
+                          with and without the small pool
   cost, cheap verify      the cost policy at hypothetical costs of a weight-once verify pass (a
                           step of B: 1 + 0.2 B plain steps), with and without the small pool
 

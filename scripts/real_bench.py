@@ -8,9 +8,9 @@ launch per group, B requests resident at once):
 
   mega plain        greedy decoding of the target alone, no draft (speculate=false; the reference)
   mega ASBS         speculative decoding, block sizes chosen by ASBS
-  mega cost         the cost policy (block_policy = COST): per step the block size in {0, 1, 2, 4, 8}
-                    of most expected tokens per unit of cost, 0 = a plain step; its costs calibrated
-                    on this GPU at each batch size before the variants run (--costs)
+  mega cost         the cost policy (block_policy = COST): per round one block size in {0, 1, 2, 4, 8}
+                    for the whole batch, of most expected tokens per unit of cost, 0 = a plain step;
+                    its costs calibrated on this GPU at each batch size before the variants run (--costs)
   mega B=k          speculative decoding, fixed block size k (--blocks, default 1,2,4,8)
   torch eager_kv    PyTorch, a static KV cache, one eager decode step per token
   torch graph_kv    the decode step captured once as a CUDA graph, replayed per token
@@ -54,6 +54,8 @@ bundled prompts x 128 tokens whatever --prompts and --n say (the row's note says
     python3 scripts/real_bench.py -o /tmp/rb --prompts-file models/bytes_pair/heldout_prompts.json --batches 1,8,32
     python3 scripts/real_bench.py -o /tmp/rb --calibrate-only --batches 1,8,32    # the costs only: costs.json
     python3 scripts/real_bench.py -o /tmp/rb --costs /tmp/rb/costs.json --policies cost --no-torch
+    python3 scripts/real_bench.py -o /tmp/rb --prompts-file models/bytes_pair/heldout_prompts.json \
+        --batches 1,8,32 --policies cost,fixed --blocks 1 --n 64 --repeats 1 --team-warps 16 --no-torch
 """
 
 from __future__ import annotations

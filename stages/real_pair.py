@@ -514,7 +514,7 @@ class Speculation:
     kind: str
     tokens: int  # committed
     accepted: np.ndarray  # the accepted prefix of every verify step
-    blocks: np.ndarray  # the block size every verify step chose (for the next step)
+    blocks: np.ndarray  # the block size traced at every verify step (a per-request policy's choice for the next step, or the step's own)
     proposed: int | None = None  # drafted tokens in all (per step in the trace, or the final state's total)
 
     @property

@@ -1,10 +1,14 @@
-"""The cost policy (block_policy = COST, stages/asbs.xl) on the real pair and the bundled pipeline.
+"""The cost policy (block_policy = COST, stages/asbs.xl and cost_batch.xl) on the real pair and the
+bundled pipeline.
 
 - Every decision is the policy's: a Python model of it (numpy float32, one rounding per
-  operation, as docs/semantics.md defines f32) replays each request's EMA updates and block
-  choices from the trace of the CPU build, and must give the traced values exactly.
-- Speculation switches off (B = 0, plain steps, the EMA frozen), probes with B = 1 and switches
-  back on; under KV pressure the blocks keep ASBS's cap.
+  operation, as docs/semantics.md defines f32; the batch's sums in fixed point) replays each
+  request's EMA updates from the trace of the CPU build and, round by round, the batch's block
+  choice over the requests that took part (the trace of cost_batch), and must give the traced
+  values exactly: EMAs, blocks, plain-step counts, and the blocks drafted at the next step.
+- One block per round for the whole batch (the cap aside); speculation switches off (B = 0,
+  plain steps, the EMAs frozen), probes with B = 1 for the whole batch and switches back on;
+  under KV pressure the blocks keep ASBS's cap.
 - Committed tokens equal plain greedy decoding's; the simulator and the CPU build agree bit for
   bit (traces, final state, pools), also under eviction.
 """
@@ -20,9 +24,12 @@ from xlgen.runtime.sim import LaunchConfig
 from xlgen.tools.check.diff import compare
 from xlgen.tools.pipeline.metrics import trace_series
 
-from test_byte_spec import ALL_PROMPTS, PROMPTS, answers, compiled, plain, request, run, weights
+from test_byte_spec import ALL_PROMPTS, N_NEW, PROMPTS, answers, compiled, plain, request, run, weights
 
 COST = 1  # BlockPolicy.COST
+KV_PRESSURE = 1  # the first member of ReqFlag
+COST_ONE = 4096  # asbs.xl: one expected token in fixed point
+MAX_BLOCK = 128
 F = np.float32
 # Costs that put the break-even near an acceptance of 0.75: the real pair's requests switch
 # between plain steps (B = 0) and blocks of 1 and 4 (probes every 3rd plain step).
@@ -30,30 +37,46 @@ SWITCHING = {"block_policy": COST, "cost_b0": 1.0, "cost_b1": 1.75, "cost_b2": 2
              "cost_probe_every": 3}
 # Verifying more positions nearly free (a weight-once pass): large blocks pay.
 CHEAP_VERIFY = {"block_policy": COST, "cost_b0": 1.0, "cost_b1": 1.1, "cost_b2": 1.2, "cost_b4": 1.45, "cost_b8": 2.0}
-DEFAULTS = {"asbs_ema_init": 0.8, "cost_alpha": 0.1, "cost_probe_every": 8, "kv_pressure_cap": 2, "cost_b0": 469.0,
+DEFAULTS = {"asbs_ema_init": 0.8, "cost_alpha": 0.1, "cost_probe_every": 32, "kv_pressure_cap": 2, "cost_b0": 469.0,
             "cost_b1": 927.0, "cost_b2": 1280.0, "cost_b4": 1935.0, "cost_b8": 3151.0}
 
 
 # ---- the policy, written again in Python ------------------------------------------------------
 
-def model_block(p: dict, ema: np.float32, pressure: bool, plain_run: int) -> int:
-    """cost_block_size: argmax over B of E(B) / cost(B), E(B) = 1 + a + ... + a^B in f32."""
-    a = min(ema, F(1)) if ema >= 0 else F(0)
-    cap = p["kv_pressure_cap"] if pressure else 8
-    best, best_rate = 0, F(1) / F(p["cost_b0"])
+def expected_commit(a: np.float32, b: int) -> int:
+    """E(b) = 1 + a + ... + a^b term by term in f32, then in fixed point (truncated)."""
     tokens = power = F(1)
-    for b in range(1, 9):
+    for _ in range(min(max(b, 0), 8)):
         power = F(power * a)
         tokens = F(tokens + power)
-        if b > cap:
-            break
-        if b in (1, 2, 4, 8):
-            rate = F(tokens / F(p[f"cost_b{b}"]))
-            if rate > best_rate:
-                best, best_rate = b, rate
+    return int(F(tokens * F(COST_ONE)))
+
+
+def cost_rule(p: dict, sums: dict[int, int], plain_run: int) -> int:
+    """The B of {0, 1, 2, 4, 8} maximising sums[B] / cost(B) in f32, ties to the smaller; a probe."""
+    best, best_rate = 0, F(F(sums[0]) / F(p["cost_b0"]))
+    for b in (1, 2, 4, 8):
+        rate = F(F(sums[b]) / F(p[f"cost_b{b}"]))
+        if rate > best_rate:
+            best, best_rate = b, rate
     if best == 0 and p["cost_probe_every"] > 0 and plain_run >= p["cost_probe_every"]:
         best = 1
-    return min(best, p["kv_pressure_cap"]) if pressure else best
+    return best
+
+
+def accept(ema: np.float32) -> np.float32:
+    return min(ema, F(1)) if ema >= 0 else F(0)
+
+
+def cap_of(p: dict, pressure: bool) -> int:
+    return p["kv_pressure_cap"] if pressure else 8
+
+
+def model_batch(p: dict, emas: list[np.float32], pressures: list[bool], plain_run: int) -> int:
+    """cost_batch's choice for the batch before each request's cap: the sums of E_i(min(B, cap_i))."""
+    sums = {b: sum(expected_commit(accept(e), min(b, cap_of(p, pr))) if b else COST_ONE
+                   for e, pr in zip(emas, pressures)) for b in (0, 1, 2, 4, 8)}
+    return cost_rule(p, sums, plain_run)
 
 
 def model_ema(p: dict, ema: np.float32, accepted: int, proposed: int) -> np.float32:
@@ -65,52 +88,105 @@ def model_ema(p: dict, ema: np.float32, accepted: int, proposed: int) -> np.floa
     return ema
 
 
-def replay(result, params: dict) -> list[list[int]]:
-    """Checks every traced EMA and block against the model; returns each request's blocks,
-    the first one (prefill's) included."""
+def replay(result, params: dict) -> tuple[list[list[int]], dict[int, dict[int, int]]]:
+    """Replays the run round by round and checks every traced value against the model: the EMAs
+    after each verify (spec_verify), and at each round's end the batch's block, the plain-step
+    counts and the EMAs it read (cost_batch); each step drafts min(the block chosen for it, the
+    tokens left) and prefill keeps the batch's first block (the KV cache is on). Returns each
+    request's blocks, step by step, and each round's blocks by request."""
     p = {**DEFAULTS, **params}
     program = compiled().program
-    series = {name: trace_series(program, result, "spec_verify", name)
-              for name in ("accepted_prefix_len", "draft_len", "ema_acceptance_rate", "current_block_size")}
-    first = trace_series(program, result, "prefill", "current_block_size")
-    out = []
-    for i in range(len(result.requests)):
-        ema, plain_run = F(p["asbs_ema_init"]), 0
-        block = model_block(p, ema, False, 0)
-        assert int(first[i][1][0]) == block, (i, "prefill")
-        plain_run = 1 if block == 0 else 0
-        blocks = [block]
-        cols = [series[name][i][1] for name in series]
-        for step, (acc, drafted, traced_ema, traced_block) in enumerate(zip(*cols)):
-            assert drafted <= block, (i, step)  # B = 0: nothing drafted
-            ema = model_ema(p, ema, int(acc), int(drafted))
-            assert F(traced_ema).tobytes() == ema.tobytes(), (i, step, traced_ema, ema)
-            block = model_block(p, ema, False, plain_run)
-            assert int(traced_block) == block, (i, step, traced_block, block, ema, plain_run)
-            plain_run = plain_run + 1 if block == 0 else 0
-            blocks.append(block)
-        out.append(blocks)
-    return out
+
+    def series(stage, *names):
+        return {name: trace_series(program, result, stage, name) for name in names}
+
+    verify = series("spec_verify", "accepted_prefix_len", "draft_len", "ema_acceptance_rate", "current_block_size")
+    batch = series("cost_batch", "current_block_size", "ema_acceptance_rate", "plain_steps", "req_flags")
+    prefill = series("prefill", "current_block_size", "token_limit")
+    commits = trace_series(program, result, "commit", "n_out")
+
+    def by_round(table):  # {round: {request: (values...)}}
+        out: dict[int, dict[int, tuple]] = {}
+        names = list(table)
+        for req, (rounds, _) in table[names[0]].items():
+            for k, r in enumerate(rounds):
+                out.setdefault(int(r), {})[req] = tuple(table[n][req][1][k] for n in names)
+        return out
+
+    verify_at, batch_at, prefill_at = by_round(verify), by_round(batch), by_round(prefill)
+    commit_at = by_round({"n_out": commits})
+    n = len(result.requests)
+    ema = [F(p["asbs_ema_init"])] * n
+    plain_steps = [0] * n
+    block: list[int | None] = [None] * n  # the block chosen for the request's next step
+    limit, n_out = [0] * n, [0] * n
+    steps: list[list[int]] = [[] for _ in range(n)]
+    decisions: dict[int, dict[int, int]] = {}
+    for r in sorted(set(verify_at) | set(batch_at) | set(prefill_at)):
+        for i, (traced_block, token_limit) in sorted(prefill_at.get(r, {}).items()):
+            assert block[i] is not None and int(traced_block) == block[i], (r, i, "prefill")
+            limit[i] = int(token_limit)
+        for i, (acc, drafted, traced_ema, traced_block) in sorted(verify_at.get(r, {}).items()):
+            assert int(traced_block) == block[i], (r, i, traced_block, block[i])  # the block verified
+            assert int(drafted) == min(block[i], limit[i] - n_out[i]), (r, i, drafted, block[i])
+            steps[i].append(block[i])
+            ema[i] = model_ema(p, ema[i], int(acc), int(drafted))
+            assert F(traced_ema).tobytes() == ema[i].tobytes(), (r, i, traced_ema, ema[i])
+        for i, (count,) in commit_at.get(r, {}).items():
+            n_out[i] = int(count)
+        members = sorted(batch_at.get(r, {}))
+        if not members:
+            continue
+        rows = [batch_at[r][i] for i in members]
+        pressures = [bool(int(flags) & KV_PRESSURE) for *_, flags in rows]
+        for i, (_, traced_ema, _, _) in zip(members, rows):
+            assert F(traced_ema).tobytes() == ema[i].tobytes(), (r, i, "the EMA cost_batch read")
+        b = model_batch(p, [ema[i] for i in members], pressures, max(plain_steps[i] for i in members))
+        for i, (traced_block, _, traced_plain, _), pressure in zip(members, rows, pressures):
+            block[i] = max(min(b, cap_of(p, pressure), MAX_BLOCK), 0)
+            plain_steps[i] = plain_steps[i] + 1 if b == 0 else 0
+            assert int(traced_block) == block[i], (r, i, traced_block, block[i])
+            assert int(traced_plain) == plain_steps[i], (r, i, traced_plain, plain_steps[i])
+        decisions[r] = {i: block[i] for i in members}
+    return steps, decisions
 
 
 # ---- the real pair --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("costs", [SWITCHING, CHEAP_VERIFY, {"block_policy": COST}],
-                         ids=["switching", "cheap-verify", "default-costs"])
-def test_every_decision_is_the_policys_and_the_tokens_are_plain_greedys(costs):
-    result = run("cpu", ALL_PROMPTS, costs, max_active=8)
+@pytest.mark.parametrize("max_active", [1, 8])
+@pytest.mark.parametrize("costs", [SWITCHING, CHEAP_VERIFY], ids=["switching", "cheap-verify"])
+def test_every_decision_is_the_batchs_and_the_tokens_are_plain_greedys(costs, max_active):
+    result = run("cpu", ALL_PROMPTS, costs, max_active=max_active)
     assert answers(result) == [list(a) for a in plain("cpu")]
-    blocks = replay(result, costs)
-    used = {b for bs in blocks for b in bs}
+    steps, decisions = replay(result, costs)
+    # One block per round for every request of the batch (no pressure here).
+    assert all(len(set(d.values())) == 1 for d in decisions.values())
+    if max_active > 1:
+        assert max(len(d) for d in decisions.values()) == max_active
+    used = {b for bs in steps for b in bs}
     if costs is SWITCHING:  # off, probes, and on again
-        assert {0, 1, 4} <= used, used
-        assert any(0 in bs[:k] and bs[k] > 1 for bs in blocks for k in range(len(bs)))  # back on after a probe
-    elif costs is CHEAP_VERIFY:
-        assert 0 not in used and 8 in used, used
-    else:  # the H100 defaults: speculation does not pay at the draft's agreement; probes only
-        assert used == {0, 1}, used
-        for bs in blocks:
-            assert bs[:10] == [0] * 8 + [1, 0], bs  # 8 plain steps, then a probe
+        assert {0, 1} <= used, used
+        if max_active == 1:
+            assert 4 in used, used
+            assert any(0 in bs[:k] and bs[k] > 1 for bs in steps for k in range(len(bs)))  # back on after a probe
+    else:  # long blocks; 8 only alone (a batch's random-bytes prompts pull the sums down)
+        assert 0 not in used and (8 if max_active == 1 else 4) in used, used
+
+
+@pytest.mark.parametrize("max_active", [1, 8])
+def test_the_h100_defaults_decode_plain_and_probe_together_every_32_steps(max_active):
+    # At the draft's agreement speculation does not pay at the default costs: plain steps, and a
+    # probe (a block of 1 for every request of the batch at once) after 32 of them.
+    params = {"block_policy": COST}
+    result = run("cpu", ALL_PROMPTS, params, max_active=max_active, n_new=48)
+    assert answers(result) == [list(a) for a in plain("cpu", 48)]
+    steps, decisions = replay(result, params)
+    for bs in steps:
+        assert bs[:33] == [0] * 32 + [1] and set(bs[33:]) <= {0}, bs
+    probes = [r for r, d in decisions.items() if 1 in d.values()]
+    assert all(set(decisions[r].values()) == {1} for r in probes)
+    if max_active == 8:
+        assert len(probes) == 1 and len(decisions[probes[0]]) == 8  # one probe round, all 8 requests
 
 
 def test_plain_steps_propose_nothing_and_leave_the_ema():
@@ -122,39 +198,44 @@ def test_plain_steps_propose_nothing_and_leave_the_ema():
 
 
 def test_kv_pressure_caps_the_blocks_at_two():
-    # Pressure from the first KV round on (threshold 0): every block after the first is at most 2.
+    # Pressure from the second KV round on (threshold 0; the pool is empty in the first): every
+    # block chosen after the first round is at most 2, and the pressured requests' E counts
+    # E(min(B, 2)) in the batch's sums (the replay checks it).
     params = {**CHEAP_VERIFY, "kv_pressure_threshold": 0.0}
     result = run("cpu", ALL_PROMPTS, params, max_active=8)
     assert answers(result) == [list(a) for a in plain("cpu")]
-    blocks = trace_series(compiled().program, result, "spec_verify", "current_block_size")
-    chosen = np.concatenate([blocks[i][1][1:] for i in blocks])
-    assert chosen.max() == 2 and 0 not in chosen
+    _, decisions = replay(result, params)
+    first = min(decisions)
+    later = {b for r, d in decisions.items() if r > first for b in d.values()}
+    assert min(decisions[first].values()) > 2 and max(later) == 2 and 0 not in later, (decisions[first], later)
 
 
 def test_eviction_keeps_the_answer():
     result = run("cpu", ALL_PROMPTS, {**SWITCHING, "pool_pages": 48}, max_active=8, n_new=128)
     assert answers(result) == [list(a) for a in plain("cpu", 128)]
     assert result.requests["recomputed_rows"].sum() > 0
+    replay(result, {**SWITCHING, "pool_pages": 48})
 
 
 def test_simulator_and_cpu_build_agree_bit_for_bit():
-    # Short runs (the simulator is slow): the first 24 bytes of one prompt of each kind, 20 new
+    # Short runs (the simulator is slow): the first 12 bytes of one prompt of each kind, 24 new
     # tokens, switching costs with a probe every 2nd plain step, a pool small enough to evict.
     names = ("code_class", "prose_play", "random_0")
     inputs = []
     for name in names:
-        r = request(name, 20)
-        r["seq"][24:] = 0
-        r["prompt_len"] = 24
+        r = request(name, 24)
+        r["seq"][12:] = 0
+        r["prompt_len"] = 12
         inputs.append(r)
-    params = {**weights(), **SWITCHING, "cost_probe_every": 2, "pool_pages": 6}
+    params = {**weights(), **SWITCHING, "cost_probe_every": 2, "pool_pages": 4}
     config = LaunchConfig(max_active=3)
     reference_run = sim.run(compiled().sim_module(), params, inputs, config)
     cpu_run = cpu.run(compiled(), params, inputs, config)
     mismatch = compare(compiled().program, reference_run, cpu_run)
     assert mismatch is None, mismatch
-    blocks = trace_series(compiled().program, reference_run, "spec_verify", "current_block_size")
-    assert {0, 1} <= set(np.concatenate([blocks[i][1] for i in blocks]).tolist())
+    blocks = trace_series(compiled().program, reference_run, "cost_batch", "current_block_size")
+    assert {0, 1, 4} <= set(np.concatenate([blocks[i][1] for i in blocks]).tolist())
+    replay(reference_run, {**SWITCHING, "cost_probe_every": 2})
     assert reference_run.requests["recomputed_rows"].sum() > 0
     plain_run = cpu.run(compiled(), {**weights(), "speculate": False}, inputs, config)
     assert answers(reference_run) == answers(plain_run)
@@ -168,9 +249,12 @@ def xl_spec():
 
 
 def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
+    # The KV cache off too (small): each request's first block is then its own choice (it
+    # prefills before any cost_batch); every later step takes the batch's.
     from xlgen.tools.pipeline.workload import load as load_workload
 
-    for workload, costs in (("mixed", SWITCHING), ("kv_pressure", CHEAP_VERIFY)):
+    for workload, costs in (("mixed", SWITCHING), ("kv_pressure", CHEAP_VERIFY),
+                            ("small", {**CHEAP_VERIFY, "kv_cache": False})):
         w = load_workload(f"workloads/{workload}.json", xl_spec.sim_module())
         params = {**w.params, **costs}
         reference_run = sim.run(xl_spec.sim_module(), params, w.inputs, w.config)
@@ -180,3 +264,9 @@ def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
         blocks = trace_series(xl_spec.program, reference_run, "spec_verify", "current_block_size")
         used = set(np.concatenate([blocks[i][1] for i in blocks]).tolist())
         assert len(used) > 2 and (0 in used or costs is not SWITCHING), used
+        # One block per round: spec_verify traces the block it verified, the batch's after the first.
+        per_round: dict[int, set[int]] = {}
+        for rounds, chosen in blocks.values():
+            for r, b in zip(rounds[1:], chosen[1:]):
+                per_round.setdefault(int(r), set()).add(int(b))
+        assert all(len(bs) == 1 for bs in per_round.values()), workload
