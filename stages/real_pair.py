@@ -149,15 +149,7 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
 
 @lru_cache(maxsize=8)
 def _binding(path: str) -> Binding:
-    try:
-        return parse_binding(json.loads(Path(path).read_text()), path)
-    except OSError as exc:
-        raise RealPairError(f"{path}: {(exc.strerror or str(exc)).lower()}; the real model pair lives in "
-                            "models/bytes_pair/ of an xlgen checkout") from None
-    except UnicodeDecodeError:
-        raise RealPairError(f"{path}: not valid UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise RealPairError(f"{path}: not JSON ({exc})") from None
+    return parse_binding(_read_json(Path(path)), path)
 
 
 def load_binding(path: str | Path | None = None) -> Binding:
