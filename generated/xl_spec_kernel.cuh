@@ -101,7 +101,6 @@ constexpr int32_t COST_ONE = 4096;
 constexpr int32_t MAX_PAGES = 16384;
 constexpr int32_t MAX_REQ_PAGES = 256;
 constexpr int32_t ORPHAN = -2;
-constexpr bool COST_BATCH_STAGE = false;
 
 namespace BlockPolicy {  // enum
 constexpr int32_t THRESHOLDS = 0;
@@ -433,15 +432,15 @@ XL_DEVICE int32_t fn_cost_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     }
 }
 
-// stages/asbs.xl:124
+// stages/asbs.xl:123
 XL_DEVICE bool fn_batch_decides(XlErr& xl_caller, int32_t xl_key, const Params& p) {
     (void)xl_caller;
     (void)p;
     (void)xl_key;
-    return ((COST_BATCH_STAGE && xl_eq(p.block_policy, BlockPolicy::COST)) && (p.fixed_block <= 0));
+    return (xl_eq(p.block_policy, BlockPolicy::COST) && (p.fixed_block <= 0));
 }
 
-// stages/asbs.xl:130
+// stages/asbs.xl:129
 XL_DEVICE int32_t fn_batch_block_bound(XlErr& xl_caller, int32_t xl_key, const Params& p, bool kv_pressure) {
     XlErr err = {0, 0, 0};
     {
@@ -451,7 +450,7 @@ XL_DEVICE int32_t fn_batch_block_bound(XlErr& xl_caller, int32_t xl_key, const P
     }
 }
 
-// stages/asbs.xl:139
+// stages/asbs.xl:138
 XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, int32_t accepted, int32_t proposed) {
     XlErr err = {0, 0, 0};
     if (xl_eq(p.block_policy, BlockPolicy::THRESHOLDS)) {
@@ -472,7 +471,7 @@ XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, f
     return e;
 }
 
-// stages/asbs.xl:159
+// stages/asbs.xl:158
 XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure, int32_t plain_run) {
     XlErr err = {0, 0, 0};
     if (p.fixed_block > 0) {
@@ -1973,6 +1972,170 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     return err;
 }
 
+// stages/cost_batch.xl:18: collective cost_batch
+XL_DEVICE bool guard_cost_batch(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    return (fn_batch_decides(err, 1, p) && (xl_eq(r.state, ReqState::PREFILL_READY) || xl_eq(r.state, ReqState::DECODE_READY)));
+}
+
+// The stage's top-level locals, kept across its collectives.
+struct Frame_cost_batch {
+    float a;
+    int32_t cap;
+    int32_t e0;
+    int32_t e1;
+    int32_t e2;
+    int32_t e4;
+    int32_t e8;
+    int32_t plain_run;
+    int32_t b;
+};
+static_assert(sizeof(Frame_cost_batch) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
+constexpr int XL_cost_batch_COLLECTIVES = 6;
+// Collective k's operation and its contribution's word kind.
+XL_HD int xl_cost_batch_op(int k) {
+    const int ops[6] = {XL_SUM, XL_SUM, XL_SUM, XL_SUM, XL_SUM, XL_MAX_OF};
+    return ops[k];
+}
+XL_HD int xl_cost_batch_word(int k) {
+    const int words[6] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+    return words[k];
+}
+
+// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
+// (`xl_in`); segment k < 6 ends with collective k's contribution (`xl_out`).
+// (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
+// the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
+XL_DEVICE XlErr stage_cost_batch(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
+                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+                                   Frame_cost_batch& __restrict__ xl_frame, XlWriter& xw) {
+    XlErr err = {0, 0, 0};
+    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
+    switch (xl_seg) {
+    case 0: {
+        [[maybe_unused]] float a = fn_draft_accept(err, 1, p, r.ema_acceptance_rate);
+        if (xl_failed(err)) return err;
+        [[maybe_unused]] int32_t cap = fn_cost_cap(err, 1, p, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
+        if (xl_failed(err)) return err;
+        {
+            const int32_t xl_v = COST_ONE;
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        break;
+    }
+    case 1: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(1, cap));
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        xl_frame.e0 = e0;
+        break;
+    }
+    case 2: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_frame.e0;
+        [[maybe_unused]] int32_t e1 = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(2, cap));
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        xl_frame.e0 = e0;
+        xl_frame.e1 = e1;
+        break;
+    }
+    case 3: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_frame.e0;
+        [[maybe_unused]] int32_t e1 = xl_frame.e1;
+        [[maybe_unused]] int32_t e2 = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(4, cap));
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        xl_frame.e0 = e0;
+        xl_frame.e1 = e1;
+        xl_frame.e2 = e2;
+        break;
+    }
+    case 4: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_frame.e0;
+        [[maybe_unused]] int32_t e1 = xl_frame.e1;
+        [[maybe_unused]] int32_t e2 = xl_frame.e2;
+        [[maybe_unused]] int32_t e4 = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(8, cap));
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        xl_frame.e0 = e0;
+        xl_frame.e1 = e1;
+        xl_frame.e2 = e2;
+        xl_frame.e4 = e4;
+        break;
+    }
+    case 5: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_frame.e0;
+        [[maybe_unused]] int32_t e1 = xl_frame.e1;
+        [[maybe_unused]] int32_t e2 = xl_frame.e2;
+        [[maybe_unused]] int32_t e4 = xl_frame.e4;
+        [[maybe_unused]] int32_t e8 = xl_from_bits<int32_t>(xl_in);
+        {
+            const int32_t xl_v = r.plain_steps;
+            if (xl_failed(err)) return err;
+            xl_out = xl_word_bits(xl_v);
+        }
+        xl_frame.a = a;
+        xl_frame.cap = cap;
+        xl_frame.e0 = e0;
+        xl_frame.e1 = e1;
+        xl_frame.e2 = e2;
+        xl_frame.e4 = e4;
+        xl_frame.e8 = e8;
+        break;
+    }
+    case 6: {
+        [[maybe_unused]] float a = xl_frame.a;
+        [[maybe_unused]] int32_t cap = xl_frame.cap;
+        [[maybe_unused]] int32_t e0 = xl_frame.e0;
+        [[maybe_unused]] int32_t e1 = xl_frame.e1;
+        [[maybe_unused]] int32_t e2 = xl_frame.e2;
+        [[maybe_unused]] int32_t e4 = xl_frame.e4;
+        [[maybe_unused]] int32_t e8 = xl_frame.e8;
+        [[maybe_unused]] int32_t plain_run = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t b = fn_cost_rule(err, 1, p, e0, e1, e2, e4, e8, plain_run);
+        if (xl_failed(err)) return err;
+        r.current_block_size = xl_clamp(xl_min(b, cap), 0, MAX_BLOCK);
+        r.plain_steps = (xl_eq(b, 0) ? xl_add(r.plain_steps, 1) : 0);
+        break;
+    }
+    default:
+        break;
+    }
+    return err;
+}
+
 XL_DEVICE bool is_done(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return xl_eq(r.state, ReqState::DONE);
 }
@@ -2127,8 +2290,8 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
 
 constexpr int XL_NUM_ARBITERS = 0;
 // Arbiters and collective stages: phase 2, after every request's per-request stages.
-constexpr int XL_NUM_PHASE2 = 3;
-constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
+constexpr int XL_NUM_PHASE2 = 4;
+constexpr int XL_NUM_COLLECTIVE_STAGES = 4;
 
 // Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
@@ -2154,7 +2317,7 @@ XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params&
     if ((p.kv_cache) || err.code) return true;
     if ((p.kv_cache) || err.code) return true;
     if ((p.kv_cache) || err.code) return true;
-    return false;
+    return true;  // a guard with no part that reads only the request: only its turn can tell
 }
 
 
@@ -2454,6 +2617,98 @@ XL_DEVICE bool run_collective_solo_kv_evict(Request& r, Shared& sh, const Params
     return true;
 }
 
+XL_DEVICE Frame_cost_batch& frame_of_cost_batch(const XlColl& xc, int32_t slot) {
+    return *reinterpret_cast<Frame_cost_batch*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
+}
+
+// stages/cost_batch.xl:18: collective stage cost_batch for the active requests with keep[i] == 2, by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one
+// thread. Participants: those whose guard holds now. Each collective combines their
+// contributions in slot order (= request-id order); the shadow writes are applied at
+// the end. keep[i] becomes 0 for a request that failed.
+XL_DEVICE void run_collective_cost_batch(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    XL_PROF_START();
+    int32_t any = 0;
+    for (int32_t i = t; i < n; i += nt) {
+        int32_t part = 0;
+        xc.conflict[i] = 0;
+        if (keep[i] == 2) {
+            XlErr err = {0, 0, 0};
+            const int32_t id = active[i];
+            if (guard_cost_batch(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 7u, err);
+                keep[i] = 0;
+            }
+        }
+        xc.part[i] = part;
+        xc.result[i] = 0u;
+        any |= part;
+    }
+    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
+    XL_PROF_MARK(7 * 32);  // marks: guards, then per segment: its code, its collective
+    for (int32_t seg = 0; seg <= XL_cost_batch_COLLECTIVES; ++seg) {
+        for (int32_t i = t; i < n; i += nt) {
+            if (!xc.part[i]) continue;
+            const int32_t id = active[i];
+            uint32_t out = 0u;
+            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
+            const XlErr err = stage_cost_batch(seg, xc.result[i], out, reqs[id], *sh, p, id,
+                                                 frame_of_cost_batch(xc, i), xw);
+            xc.noted[i] = xw.n;
+            if (err.code) {
+                xl_emit_error(sink, id, round, 7u, err);
+                keep[i] = 0;
+                xc.part[i] = 0;
+            }
+            xc.contrib[i] = out;
+        }
+        XL_BLOCK_SYNC();
+        XL_PROF_MARK(7 * 32 + 1 + 2 * seg);
+        if (seg < XL_cost_batch_COLLECTIVES) xl_collective(xc, xl_cost_batch_op(seg), xl_cost_batch_word(seg), active, n);
+        XL_PROF_MARK(7 * 32 + 2 + 2 * seg);
+    }
+    xl_settle_all(xc, sh, n);
+    XL_PROF_MARK(7 * 32 + 30);
+    for (int32_t i = t; i < n; i += nt) {
+        if (!xc.part[i]) continue;
+        const int32_t id = active[i];
+        if (xc.conflict[i]) {
+            xl_emit_error(sink, id, round, 7u, XlErr{XL_ERR_CONFLICT, 18, 0});
+            keep[i] = 0;
+        }
+    }
+    XL_BLOCK_SYNC();
+    XL_PROF_MARK(7 * 32 + 31);
+}
+
+// The same stage for one request alone (fast mode, under the lock: one thread).
+XL_DEVICE bool run_collective_solo_cost_batch(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
+                                                XlSink sink, const XlColl& xc) {
+    XlErr err = {0, 0, 0};
+    if (!guard_cost_batch(err, r, sh, p, id) || err.code) {
+        if (err.code) xl_emit_error(sink, id, round, 7u, err);
+        return !err.code;
+    }
+    Frame_cost_batch f;
+    uint32_t in = 0u;
+    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
+    for (int32_t seg = 0; seg <= XL_cost_batch_COLLECTIVES && !err.code; ++seg) {
+        uint32_t out = 0u;
+        err = stage_cost_batch(seg, in, out, r, sh, p, id, f, xw);
+        if (seg < XL_cost_batch_COLLECTIVES) in = xl_collective_solo(xl_cost_batch_op(seg), out, id);
+    }
+    xc.noted[0] = xw.n;
+    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
+    if (err.code) {
+        xl_emit_error(sink, id, round, 7u, err);
+        return false;
+    }
+    return true;
+}
+
 // Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
 XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
                                const XlColl& xc) {
@@ -2461,6 +2716,7 @@ XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t 
     if (!run_collective_solo_kv_manage(r, sh, p, id, round, sink, xc)) return false;
     if (!run_collective_solo_kv_collect(r, sh, p, id, round, sink, xc)) return false;
     if (!run_collective_solo_kv_evict(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_collective_solo_cost_batch(r, sh, p, id, round, sink, xc)) return false;
     return true;
 }
 

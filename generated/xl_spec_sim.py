@@ -18,7 +18,6 @@ COST_ONE = 4096
 MAX_PAGES = 16384
 MAX_REQ_PAGES = 256
 ORPHAN = -2
-COST_BATCH_STAGE = False
 
 
 class BlockPolicy:
@@ -299,20 +298,20 @@ def fn_cost_block_size(p, ema, kv_pressure, plain_run):
     return min_(fn_cost_rule(p, COST_ONE, e1, e2, e4, e8, plain_run), cap)  # @xl:118
 
 
-# stages/asbs.xl:124
+# stages/asbs.xl:123
 def fn_batch_decides(p):
-    return ((COST_BATCH_STAGE and (p.block_policy == BlockPolicy.COST)) and (p.fixed_block <= 0))
+    return ((p.block_policy == BlockPolicy.COST) and (p.fixed_block <= 0))
 
 
-# stages/asbs.xl:130
+# stages/asbs.xl:129
 def fn_batch_block_bound(p, kv_pressure):
-    return clamp(fn_cost_cap(p, kv_pressure), 0, MAX_BLOCK)  # @xl:131
+    return clamp(fn_cost_cap(p, kv_pressure), 0, MAX_BLOCK)  # @xl:130
 
 
-# stages/asbs.xl:139
+# stages/asbs.xl:138
 def fn_next_ema(p, ema, accepted, proposed):
     if (p.block_policy == BlockPolicy.THRESHOLDS):
-        return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:141
+        return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:140
     e = ema
     for j in range(0, 128):
         if ((j >= proposed) or (j > accepted)):
@@ -322,13 +321,13 @@ def fn_next_ema(p, ema, accepted, proposed):
     return e
 
 
-# stages/asbs.xl:159
+# stages/asbs.xl:158
 def fn_next_block_size(p, ema, kv_pressure, plain_run):
     if (p.fixed_block > 0):
         return min_(p.fixed_block, MAX_BLOCK)
     if (p.block_policy == BlockPolicy.COST):
-        return clamp(fn_cost_block_size(p, ema, kv_pressure, plain_run), 0, MAX_BLOCK)  # @xl:164
-    return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:166
+        return clamp(fn_cost_block_size(p, ema, kv_pressure, plain_run), 0, MAX_BLOCK)  # @xl:163
+    return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:165
 
 
 # stages/kv.xl:53
@@ -742,6 +741,25 @@ def stage_kv_evict(r, sh, p, xw):
             xw.add('kv_evict_decode', n, wrap_i32)
 
 
+# stages/cost_batch.xl:18: collective cost_batch
+def guard_cost_batch(r, sh, p):
+    return (fn_batch_decides(p) and ((r.state == ReqState.PREFILL_READY) or (r.state == ReqState.DECODE_READY)))  # @xl:18
+
+
+def stage_cost_batch(r, sh, p, xw):
+    a = fn_draft_accept(p, r.ema_acceptance_rate)  # @xl:19
+    cap = fn_cost_cap(p, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
+    e0 = yield ('sum', 'i', COST_ONE)
+    e1 = yield ('sum', 'i', fn_expected_commit(p, a, min_(1, cap)))  # @xl:22
+    e2 = yield ('sum', 'i', fn_expected_commit(p, a, min_(2, cap)))  # @xl:23
+    e4 = yield ('sum', 'i', fn_expected_commit(p, a, min_(4, cap)))  # @xl:24
+    e8 = yield ('sum', 'i', fn_expected_commit(p, a, min_(8, cap)))  # @xl:25
+    plain_run = yield ('max_of', 'i', r.plain_steps)
+    b = fn_cost_rule(p, e0, e1, e2, e4, e8, plain_run)  # @xl:27
+    r.current_block_size = clamp(min_(b, cap), 0, MAX_BLOCK)
+    r.plain_steps = (wrap_i32(r.plain_steps + 1) if (b == 0) else 0)
+
+
 def is_done(r, sh, p):
     return (r.state == ReqState.DONE)
 
@@ -756,5 +774,6 @@ STAGES = [
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
     ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 323),
     ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 372),
+    ('cost_batch', 7, True, guard_cost_batch, stage_cost_batch, None, None, 'collective', 18),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]
