@@ -93,12 +93,8 @@ def test_variants():
 
 
 def test_whole_run_on_the_cpu_build_of_the_stand_in(tmp_path):
-    prompts = rp.select_prompts(rp.load_prompts(), "code_class,random_0,prose_verse")
     n = 6
-    rows = [{"name": p.name, "tokens": [(p.data[k % len(p.data)] + 1) % 256 for k in range(n)], "min_margin": 1.0,
-             "margins": [1.0] * n} for p in prompts]
-    ref = tmp_path / "ref.json"
-    ref.write_text(json.dumps({"models": {"target": rows}}))
+    ref = _reference(tmp_path, ["code_class", "random_0", "prose_verse"], n)
     out = tmp_path / "out"
     code = rb.main(["-o", str(out), "--backend", "cpu", "--pipeline", str(FAKE), "--n", str(n), "--repeats", "1",
                     "--prompts", "code_class,random_0,prose_verse", "--batches", "1,2", "--blocks", "2",
@@ -213,12 +209,8 @@ def test_run_limit_runs_the_script_and_reads_its_log(tmp_path):
 
 
 def test_whole_run_with_a_limit_log(tmp_path):
-    prompts = rp.select_prompts(rp.load_prompts(), "random_0")
     n = 4
-    rows = [{"name": p.name, "tokens": [(p.data[k % len(p.data)] + 1) % 256 for k in range(n)], "min_margin": 1.0,
-             "margins": [1.0] * n} for p in prompts]
-    ref = tmp_path / "ref.json"
-    ref.write_text(json.dumps({"models": {"target": rows}}))
+    ref = _reference(tmp_path, ["random_0"], n)
     out = tmp_path / "out"
     args = ["-o", str(out), "--backend", "cpu", "--pipeline", str(FAKE), "--n", str(n), "--repeats", "1",
             "--prompts", "random_0", "--batches", "1", "--blocks", "2", "--no-torch", "--reference", str(ref)]
@@ -346,6 +338,7 @@ def test_costs_from_a_file(tmp_path):
 
 
 def _reference(tmp_path, names, n):
+    """A recorded-tokens file for the stand-in pipeline: each prompt's bytes + 1, cycled."""
     prompts = rp.select_prompts(rp.load_prompts(), ",".join(names))
     rows = [{"name": p.name, "tokens": [(p.data[k % len(p.data)] + 1) % 256 for k in range(n)], "min_margin": 1.0,
              "margins": [1.0] * n} for p in prompts]
