@@ -338,7 +338,6 @@ __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int3
     run_collective_kv_manage(reqs, sh, p, active, keep, n_active, round, sink, xc);
     run_collective_kv_collect(reqs, sh, p, active, keep, n_active, round, sink, xc);
     run_collective_kv_evict(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    run_collective_cost_batch(reqs, sh, p, active, keep, n_active, round, sink, xc);
 }
 
 // A team of several warps is the whole block: bound the registers so that it can start.

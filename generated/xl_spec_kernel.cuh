@@ -432,7 +432,7 @@ XL_DEVICE int32_t fn_cost_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     }
 }
 
-// stages/asbs.xl:123
+// stages/asbs.xl:125
 XL_DEVICE bool fn_batch_decides(XlErr& xl_caller, int32_t xl_key, const Params& p) {
     (void)xl_caller;
     (void)p;
@@ -440,7 +440,7 @@ XL_DEVICE bool fn_batch_decides(XlErr& xl_caller, int32_t xl_key, const Params& 
     return (xl_eq(p.block_policy, BlockPolicy::COST) && (p.fixed_block <= 0));
 }
 
-// stages/asbs.xl:129
+// stages/asbs.xl:131
 XL_DEVICE int32_t fn_batch_block_bound(XlErr& xl_caller, int32_t xl_key, const Params& p, bool kv_pressure) {
     XlErr err = {0, 0, 0};
     {
@@ -450,7 +450,7 @@ XL_DEVICE int32_t fn_batch_block_bound(XlErr& xl_caller, int32_t xl_key, const P
     }
 }
 
-// stages/asbs.xl:138
+// stages/asbs.xl:140
 XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, int32_t accepted, int32_t proposed) {
     XlErr err = {0, 0, 0};
     if (xl_eq(p.block_policy, BlockPolicy::THRESHOLDS)) {
@@ -471,7 +471,7 @@ XL_DEVICE float fn_next_ema(XlErr& xl_caller, int32_t xl_key, const Params& p, f
     return e;
 }
 
-// stages/asbs.xl:158
+// stages/asbs.xl:160
 XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Params& p, float ema, bool kv_pressure, int32_t plain_run) {
     XlErr err = {0, 0, 0};
     if (p.fixed_block > 0) {
@@ -501,7 +501,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:317
+// stages/kv.xl:318
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -526,16 +526,12 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
         if (xl_failed(err)) return err;
         XL_WARP_STORE(r.last_token, xl_v);
     }
-    const bool xl_c1 = !(fn_batch_decides(err, 1, p) && p.kv_cache);
-    if (xl_failed(err)) return err;
-    if (xl_c1) {
-        {
-            const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
-            if (xl_failed(err)) return err;
-            XL_WARP_STORE(r.current_block_size, xl_v);
-        }
-        XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
+    {
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
+        if (xl_failed(err)) return err;
+        XL_WARP_STORE(r.current_block_size, xl_v);
     }
+    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
     XL_WARP_STORE(r.state, ((r.token_limit > 0) ? ReqState::DECODE_READY : ReqState::DONE));
     return err;
 }
@@ -607,16 +603,12 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         if (xl_failed(err)) return err;
         XL_WARP_STORE(r.ema_acceptance_rate, xl_v);
     }
-    const bool xl_c1 = !fn_batch_decides(err, 1, p);
-    if (xl_failed(err)) return err;
-    if (xl_c1) {
-        {
-            const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
-            if (xl_failed(err)) return err;
-            XL_WARP_STORE(r.current_block_size, xl_v);
-        }
-        XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
+    {
+        const int32_t xl_v = fn_next_block_size(err, 1, p, r.ema_acceptance_rate, xl_has(r.req_flags, ReqFlag::KV_PRESSURE), r.plain_steps);
+        if (xl_failed(err)) return err;
+        XL_WARP_STORE(r.current_block_size, xl_v);
     }
+    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
     XL_WARP_STORE(r.state, ReqState::COMMIT_READY);
     return err;
 }
@@ -781,7 +773,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 105, sh.page_slot[xl_p], 256, 2359296);
+                                const int32_t xl_i = xl_idx(err, 1, 106, sh.page_slot[xl_p], 256, 2359296);
                                 if (xl_failed(err)) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -801,12 +793,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 120, r.kv_pages[k], 16384, 3866624);
+                            const int32_t xl_i = xl_idx(err, 1, 121, r.kv_pages[k], 16384, 3866624);
                             if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 121, r.kv_pages[k], 16384, 3932160)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 122, r.kv_pages[k], 16384, 3932160)];
                             const int32_t xl_i = k;
                             if (xl_failed(err)) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -832,12 +824,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
             if ((pg >= 0) && (k >= r.kv_borrowed)) {
                 if (k < cp) {
-                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 151, pg, 16384, 3801088)], PageKind::DRAFT);
+                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 152, pg, 16384, 3801088)], PageKind::DRAFT);
                     if (xl_failed(err)) return err;
                     if (xl_c1) {
                         {
                             const int32_t xl_v = PageKind::COMMITTED;
-                            const int32_t xl_i = xl_idx(err, 1, 152, pg, 16384, 3801088);
+                            const int32_t xl_i = xl_idx(err, 1, 153, pg, 16384, 3801088);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                         }
@@ -845,7 +837,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         d_committed = xl_add(d_committed, 1);
                     }
                 } else {
-                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 156, pg, 16384, 3801088)], PageKind::COMMITTED);
+                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 157, pg, 16384, 3801088)], PageKind::COMMITTED);
                     if (xl_failed(err)) return err;
                     if (xl_c2) {
                         drafts = xl_add(drafts, 1);
@@ -1281,44 +1273,44 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 219, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4128768)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 220, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4128768)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (xl_failed(err)) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 221, pg, 16384, 3932160)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 221, pg, 16384, 3932160);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 222, pg, 16384, 3932160)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 222, pg, 16384, 3932160);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 222, pg, 16384, 3735552);
+                    const int32_t xl_i = xl_idx(err, 1, 223, pg, 16384, 3735552);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 223, pg, 16384, 3866624);
+                    const int32_t xl_i = xl_idx(err, 1, 224, pg, 16384, 3866624);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 224, pg, 16384, 3997696);
+                    const int32_t xl_i = xl_idx(err, 1, 225, pg, 16384, 3997696);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 225, pg, 16384, 3801088);
+                    const int32_t xl_i = xl_idx(err, 1, 226, pg, 16384, 3801088);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 227, pg, 16384, 3932160)], 1);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 228, pg, 16384, 3932160)], 1);
                     const int32_t xl_i = k;
                     if (xl_failed(err)) return err;
                     r.kv_gens[xl_i] = xl_v;
@@ -1337,50 +1329,50 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 240, pg, 16384, 3866624);
+                    const int32_t xl_i = xl_idx(err, 1, 241, pg, 16384, 3866624);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 241, pg, 16384, 3801088)], PageKind::COMMITTED);
+                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 242, pg, 16384, 3801088)], PageKind::COMMITTED);
                 if (xl_failed(err)) return err;
                 if (xl_c3) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 244, pg, 16384, 3932160)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 244, pg, 16384, 3932160);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 245, pg, 16384, 3932160)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 245, pg, 16384, 3932160);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 245, pg, 16384, 3801088);
+                        const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384, 3801088);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384, 3735552);
+                        const int32_t xl_i = xl_idx(err, 1, 247, pg, 16384, 3735552);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 247, pg, 16384, 4063232)], 0);
+                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 248, pg, 16384, 4063232)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c4) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 248, pg, 16384, 4063232)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 249, pg, 16384, 4063232)]);
                             if (xl_failed(err)) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 249, pg, 16384, 4063232);
+                            const int32_t xl_i = xl_idx(err, 1, 250, pg, 16384, 4063232);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 251, slot, 16384, 4128768);
+                        const int32_t xl_i = xl_idx(err, 1, 252, slot, 16384, 4128768);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1391,7 +1383,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 258, pg, 16384, 3735552);
+                            const int32_t xl_i = xl_idx(err, 1, 259, pg, 16384, 3735552);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
@@ -1399,20 +1391,20 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 263, pg, 16384, 3801088)], PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 264, pg, 16384, 3801088)], PageKind::COMMITTED));
                 if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 265, pg, 16384, 4063232)]);
+                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 266, pg, 16384, 4063232)]);
                 if (xl_failed(err)) return err;
                 if (xl_c5) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 266, pg, 16384, 4063232)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 267, pg, 16384, 4063232)]));
                         if (xl_failed(err)) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 267, pg, 16384, 4063232);
+                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384, 4063232);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1517,7 +1509,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:323: collective kv_collect
+// stages/kv.xl:324: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1575,7 +1567,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 326, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 327, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1583,7 +1575,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 333, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 333, pg, 16384, 3801088)], PageKind::FREE);
+            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 334, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 334, pg, 16384, 3801088)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1631,35 +1623,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 345, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 345, pg, 16384, 3801088)], PageKind::FREE);
+            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 346, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 346, pg, 16384, 3801088)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 346, pg, 16384, 3932160)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 346, pg, 16384, 3932160);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 347, pg, 16384, 3932160)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 347, pg, 16384, 3932160);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 347, pg, 16384, 3801088);
+                    const int32_t xl_i = xl_idx(err, 1, 348, pg, 16384, 3801088);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 348, pg, 16384, 3735552);
+                    const int32_t xl_i = xl_idx(err, 1, 349, pg, 16384, 3735552);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 349, pg, 16384, 4063232)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 350, pg, 16384, 4063232)]);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 350, pg, 16384, 4063232);
+                    const int32_t xl_i = xl_idx(err, 1, 351, pg, 16384, 4063232);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1675,7 +1667,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 353, slot, 16384, 4128768);
+                    const int32_t xl_i = xl_idx(err, 1, 354, slot, 16384, 4128768);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1702,7 +1694,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:372: collective kv_evict
+// stages/kv.xl:373: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1749,7 +1741,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 380, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 380, pg, 16384, 3866624)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 381, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 381, pg, 16384, 3866624)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1873,55 +1865,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 404, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 405, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 405, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 405, pg, 16384, 3866624)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 406, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 406, pg, 16384, 3866624)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 406, pg, 16384, 3932160)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 406, pg, 16384, 3932160);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 407, pg, 16384, 3932160)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 407, pg, 16384, 3932160);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 407, pg, 16384, 3801088);
+                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384, 3801088);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384, 3735552);
+                        const int32_t xl_i = xl_idx(err, 1, 409, pg, 16384, 3735552);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 409, pg, 16384, 3866624);
+                        const int32_t xl_i = xl_idx(err, 1, 410, pg, 16384, 3866624);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 410, pg, 16384, 4063232)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 411, pg, 16384, 4063232)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 411, pg, 16384, 4063232);
+                        const int32_t xl_i = xl_idx(err, 1, 412, pg, 16384, 4063232);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 412, xl_add(sh.kv_free_top, n), 16384, 4128768);
+                        const int32_t xl_i = xl_idx(err, 1, 413, xl_add(sh.kv_free_top, n), 16384, 4128768);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 413, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 414, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -1964,170 +1956,6 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 }
             }
         }
-        break;
-    }
-    default:
-        break;
-    }
-    return err;
-}
-
-// stages/cost_batch.xl:18: collective cost_batch
-XL_DEVICE bool guard_cost_batch(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
-    return (fn_batch_decides(err, 1, p) && (xl_eq(r.state, ReqState::PREFILL_READY) || xl_eq(r.state, ReqState::DECODE_READY)));
-}
-
-// The stage's top-level locals, kept across its collectives.
-struct Frame_cost_batch {
-    float a;
-    int32_t cap;
-    int32_t e0;
-    int32_t e1;
-    int32_t e2;
-    int32_t e4;
-    int32_t e8;
-    int32_t plain_run;
-    int32_t b;
-};
-static_assert(sizeof(Frame_cost_batch) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
-constexpr int XL_cost_batch_COLLECTIVES = 6;
-// Collective k's operation and its contribution's word kind.
-XL_HD int xl_cost_batch_op(int k) {
-    const int ops[6] = {XL_SUM, XL_SUM, XL_SUM, XL_SUM, XL_SUM, XL_MAX_OF};
-    return ops[k];
-}
-XL_HD int xl_cost_batch_word(int k) {
-    const int words[6] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-    return words[k];
-}
-
-// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
-// (`xl_in`); segment k < 6 ends with collective k's contribution (`xl_out`).
-// (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
-// the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
-XL_DEVICE XlErr stage_cost_batch(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
-                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
-                                   Frame_cost_batch& __restrict__ xl_frame, XlWriter& xw) {
-    XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
-    switch (xl_seg) {
-    case 0: {
-        [[maybe_unused]] float a = fn_draft_accept(err, 1, p, r.ema_acceptance_rate);
-        if (xl_failed(err)) return err;
-        [[maybe_unused]] int32_t cap = fn_cost_cap(err, 1, p, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
-        if (xl_failed(err)) return err;
-        {
-            const int32_t xl_v = COST_ONE;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        break;
-    }
-    case 1: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(1, cap));
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        xl_frame.e0 = e0;
-        break;
-    }
-    case 2: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_frame.e0;
-        [[maybe_unused]] int32_t e1 = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(2, cap));
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        xl_frame.e0 = e0;
-        xl_frame.e1 = e1;
-        break;
-    }
-    case 3: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_frame.e0;
-        [[maybe_unused]] int32_t e1 = xl_frame.e1;
-        [[maybe_unused]] int32_t e2 = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(4, cap));
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        xl_frame.e0 = e0;
-        xl_frame.e1 = e1;
-        xl_frame.e2 = e2;
-        break;
-    }
-    case 4: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_frame.e0;
-        [[maybe_unused]] int32_t e1 = xl_frame.e1;
-        [[maybe_unused]] int32_t e2 = xl_frame.e2;
-        [[maybe_unused]] int32_t e4 = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = fn_expected_commit(err, 1, p, a, xl_min(8, cap));
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        xl_frame.e0 = e0;
-        xl_frame.e1 = e1;
-        xl_frame.e2 = e2;
-        xl_frame.e4 = e4;
-        break;
-    }
-    case 5: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_frame.e0;
-        [[maybe_unused]] int32_t e1 = xl_frame.e1;
-        [[maybe_unused]] int32_t e2 = xl_frame.e2;
-        [[maybe_unused]] int32_t e4 = xl_frame.e4;
-        [[maybe_unused]] int32_t e8 = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = r.plain_steps;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.a = a;
-        xl_frame.cap = cap;
-        xl_frame.e0 = e0;
-        xl_frame.e1 = e1;
-        xl_frame.e2 = e2;
-        xl_frame.e4 = e4;
-        xl_frame.e8 = e8;
-        break;
-    }
-    case 6: {
-        [[maybe_unused]] float a = xl_frame.a;
-        [[maybe_unused]] int32_t cap = xl_frame.cap;
-        [[maybe_unused]] int32_t e0 = xl_frame.e0;
-        [[maybe_unused]] int32_t e1 = xl_frame.e1;
-        [[maybe_unused]] int32_t e2 = xl_frame.e2;
-        [[maybe_unused]] int32_t e4 = xl_frame.e4;
-        [[maybe_unused]] int32_t e8 = xl_frame.e8;
-        [[maybe_unused]] int32_t plain_run = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t b = fn_cost_rule(err, 1, p, e0, e1, e2, e4, e8, plain_run);
-        if (xl_failed(err)) return err;
-        r.current_block_size = xl_clamp(xl_min(b, cap), 0, MAX_BLOCK);
-        r.plain_steps = (xl_eq(b, 0) ? xl_add(r.plain_steps, 1) : 0);
         break;
     }
     default:
@@ -2290,8 +2118,8 @@ XL_DEVICE bool run_arbiter(int stage_index, Request& r, Shared& sh, const Params
 
 constexpr int XL_NUM_ARBITERS = 0;
 // Arbiters and collective stages: phase 2, after every request's per-request stages.
-constexpr int XL_NUM_PHASE2 = 4;
-constexpr int XL_NUM_COLLECTIVE_STAGES = 4;
+constexpr int XL_NUM_PHASE2 = 3;
+constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
 
 // Words of the buffer that holds an XlColl (xl_coll_carve) for `slots` active requests
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
@@ -2317,7 +2145,7 @@ XL_DEVICE bool arbiter_may_run(const Request& r, const Shared& sh, const Params&
     if ((p.kv_cache) || err.code) return true;
     if ((p.kv_cache) || err.code) return true;
     if ((p.kv_cache) || err.code) return true;
-    return true;  // a guard with no part that reads only the request: only its turn can tell
+    return false;
 }
 
 
@@ -2437,7 +2265,7 @@ XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) 
     return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:323: collective stage kv_collect for the active requests with keep[i] == 2, by
+// stages/kv.xl:324: collective stage kv_collect for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -2492,7 +2320,7 @@ XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 323, 0});
+            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 324, 0});
             keep[i] = 0;
         }
     }
@@ -2529,7 +2357,7 @@ XL_DEVICE Frame_kv_evict& frame_of_kv_evict(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<Frame_kv_evict*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:372: collective stage kv_evict for the active requests with keep[i] == 2, by
+// stages/kv.xl:373: collective stage kv_evict for the active requests with keep[i] == 2, by
 // every thread of one block (a thread per request, in chunks) or, on the CPU, one
 // thread. Participants: those whose guard holds now. Each collective combines their
 // contributions in slot order (= request-id order); the shadow writes are applied at
@@ -2584,7 +2412,7 @@ XL_DEVICE void run_collective_kv_evict(Request* reqs, Shared* sh, const Params& 
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 372, 0});
+            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 373, 0});
             keep[i] = 0;
         }
     }
@@ -2617,98 +2445,6 @@ XL_DEVICE bool run_collective_solo_kv_evict(Request& r, Shared& sh, const Params
     return true;
 }
 
-XL_DEVICE Frame_cost_batch& frame_of_cost_batch(const XlColl& xc, int32_t slot) {
-    return *reinterpret_cast<Frame_cost_batch*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
-}
-
-// stages/cost_batch.xl:18: collective stage cost_batch for the active requests with keep[i] == 2, by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one
-// thread. Participants: those whose guard holds now. Each collective combines their
-// contributions in slot order (= request-id order); the shadow writes are applied at
-// the end. keep[i] becomes 0 for a request that failed.
-XL_DEVICE void run_collective_cost_batch(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
-    const int32_t t = XL_THREAD, nt = XL_THREADS;
-    XL_PROF_START();
-    int32_t any = 0;
-    for (int32_t i = t; i < n; i += nt) {
-        int32_t part = 0;
-        xc.conflict[i] = 0;
-        if (keep[i] == 2) {
-            XlErr err = {0, 0, 0};
-            const int32_t id = active[i];
-            if (guard_cost_batch(err, reqs[id], *sh, p, id) && !err.code) part = 1;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 7u, err);
-                keep[i] = 0;
-            }
-        }
-        xc.part[i] = part;
-        xc.result[i] = 0u;
-        any |= part;
-    }
-    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
-    XL_PROF_MARK(7 * 32);  // marks: guards, then per segment: its code, its collective
-    for (int32_t seg = 0; seg <= XL_cost_batch_COLLECTIVES; ++seg) {
-        for (int32_t i = t; i < n; i += nt) {
-            if (!xc.part[i]) continue;
-            const int32_t id = active[i];
-            uint32_t out = 0u;
-            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = stage_cost_batch(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_cost_batch(xc, i), xw);
-            xc.noted[i] = xw.n;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 7u, err);
-                keep[i] = 0;
-                xc.part[i] = 0;
-            }
-            xc.contrib[i] = out;
-        }
-        XL_BLOCK_SYNC();
-        XL_PROF_MARK(7 * 32 + 1 + 2 * seg);
-        if (seg < XL_cost_batch_COLLECTIVES) xl_collective(xc, xl_cost_batch_op(seg), xl_cost_batch_word(seg), active, n);
-        XL_PROF_MARK(7 * 32 + 2 + 2 * seg);
-    }
-    xl_settle_all(xc, sh, n);
-    XL_PROF_MARK(7 * 32 + 30);
-    for (int32_t i = t; i < n; i += nt) {
-        if (!xc.part[i]) continue;
-        const int32_t id = active[i];
-        if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 7u, XlErr{XL_ERR_CONFLICT, 18, 0});
-            keep[i] = 0;
-        }
-    }
-    XL_BLOCK_SYNC();
-    XL_PROF_MARK(7 * 32 + 31);
-}
-
-// The same stage for one request alone (fast mode, under the lock: one thread).
-XL_DEVICE bool run_collective_solo_cost_batch(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
-                                                XlSink sink, const XlColl& xc) {
-    XlErr err = {0, 0, 0};
-    if (!guard_cost_batch(err, r, sh, p, id) || err.code) {
-        if (err.code) xl_emit_error(sink, id, round, 7u, err);
-        return !err.code;
-    }
-    Frame_cost_batch f;
-    uint32_t in = 0u;
-    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
-    for (int32_t seg = 0; seg <= XL_cost_batch_COLLECTIVES && !err.code; ++seg) {
-        uint32_t out = 0u;
-        err = stage_cost_batch(seg, in, out, r, sh, p, id, f, xw);
-        if (seg < XL_cost_batch_COLLECTIVES) in = xl_collective_solo(xl_cost_batch_op(seg), out, id);
-    }
-    xc.noted[0] = xw.n;
-    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
-    if (err.code) {
-        xl_emit_error(sink, id, round, 7u, err);
-        return false;
-    }
-    return true;
-}
-
 // Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
 XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
                                const XlColl& xc) {
@@ -2716,7 +2452,6 @@ XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t 
     if (!run_collective_solo_kv_manage(r, sh, p, id, round, sink, xc)) return false;
     if (!run_collective_solo_kv_collect(r, sh, p, id, round, sink, xc)) return false;
     if (!run_collective_solo_kv_evict(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_collective_solo_cost_batch(r, sh, p, id, round, sink, xc)) return false;
     return true;
 }
 

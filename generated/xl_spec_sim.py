@@ -298,20 +298,20 @@ def fn_cost_block_size(p, ema, kv_pressure, plain_run):
     return min_(fn_cost_rule(p, COST_ONE, e1, e2, e4, e8, plain_run), cap)  # @xl:118
 
 
-# stages/asbs.xl:123
+# stages/asbs.xl:125
 def fn_batch_decides(p):
     return ((p.block_policy == BlockPolicy.COST) and (p.fixed_block <= 0))
 
 
-# stages/asbs.xl:129
+# stages/asbs.xl:131
 def fn_batch_block_bound(p, kv_pressure):
-    return clamp(fn_cost_cap(p, kv_pressure), 0, MAX_BLOCK)  # @xl:130
+    return clamp(fn_cost_cap(p, kv_pressure), 0, MAX_BLOCK)  # @xl:132
 
 
-# stages/asbs.xl:138
+# stages/asbs.xl:140
 def fn_next_ema(p, ema, accepted, proposed):
     if (p.block_policy == BlockPolicy.THRESHOLDS):
-        return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:140
+        return fn_asbs_ema(p, ema, fn_acceptance_ratio(p, accepted, proposed))  # @xl:142
     e = ema
     for j in range(0, 128):
         if ((j >= proposed) or (j > accepted)):
@@ -321,13 +321,13 @@ def fn_next_ema(p, ema, accepted, proposed):
     return e
 
 
-# stages/asbs.xl:158
+# stages/asbs.xl:160
 def fn_next_block_size(p, ema, kv_pressure, plain_run):
     if (p.fixed_block > 0):
         return min_(p.fixed_block, MAX_BLOCK)
     if (p.block_policy == BlockPolicy.COST):
-        return clamp(fn_cost_block_size(p, ema, kv_pressure, plain_run), 0, MAX_BLOCK)  # @xl:163
-    return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:165
+        return clamp(fn_cost_block_size(p, ema, kv_pressure, plain_run), 0, MAX_BLOCK)  # @xl:165
+    return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:167
 
 
 # stages/kv.xl:53
@@ -335,7 +335,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
 
 
-# stages/kv.xl:317
+# stages/kv.xl:318
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -351,9 +351,8 @@ def stage_prefill(r, sh, p):
     r.prefill_tokens = max_(wrap_i32(r.prompt_len - wrap_i32(r.kv_borrowed * max_(p.page_tokens, 1))), 0)
     r.token_limit = clamp(r.max_new_tokens, 0, MAX_OUT)
     r.last_token = fn_prompt_last_token(p, r.seed)  # @xl:19
-    if (not (fn_batch_decides(p) and p.kv_cache)):  # @xl:22
-        r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:23
-        r.plain_steps = (1 if (r.current_block_size == 0) else 0)
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:21
+    r.plain_steps = (1 if (r.current_block_size == 0) else 0)
     r.state = (ReqState.DECODE_READY if (r.token_limit > 0) else ReqState.DONE)
 
 
@@ -415,9 +414,8 @@ def stage_spec_verify(r, sh, p):
         xl_pieces.result()  # @xl:15
     r.accepted_prefix_len = b_verify_prefix(r.draft_tokens, r.target_tokens, r.draft_len)  # @xl:19
     r.ema_acceptance_rate = fn_next_ema(p, r.ema_acceptance_rate, r.accepted_prefix_len, r.draft_len)  # @xl:20
-    if (not fn_batch_decides(p)):  # @xl:23
-        r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:24
-        r.plain_steps = (wrap_i32(r.plain_steps + 1) if (r.current_block_size == 0) else 0)
+    r.current_block_size = fn_next_block_size(p, r.ema_acceptance_rate, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE), r.plain_steps)  # @xl:23
+    r.plain_steps = (wrap_i32(r.plain_steps + 1) if (r.current_block_size == 0) else 0)
     r.state = ReqState.COMMIT_READY
 
 
@@ -471,15 +469,15 @@ def stage_kv_manage(r, sh, p, xw):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:74
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:75
         first = min_(block, clamp(r.max_new_tokens, 0, MAX_OUT))
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:79
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:80
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(block, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:82
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:83
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:83
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:84
     if ((tp > MAX_REQ_PAGES) or (tp > pool_size)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -488,14 +486,14 @@ def stage_kv_manage(r, sh, p, xw):
     r.kv_want = tp
     graft_wait = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:97
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:98
         if (g > 0):
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:105
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:106
                     else:
                         graft_wait = True
             run = 0
@@ -506,8 +504,8 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 3866624))  # @xl:120
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 3932160)]  # @xl:121
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 3866624))  # @xl:121
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 3932160)]  # @xl:122
             r.kv_borrowed = run
             r.kv_held = run
     missing_committed = 0
@@ -524,11 +522,11 @@ def stage_kv_manage(r, sh, p, xw):
         pg = (r.kv_pages[k] if (k < r.kv_held) else -1)
         if ((pg >= 0) and (k >= r.kv_borrowed)):
             if (k < cp):
-                if (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.DRAFT):  # @xl:151
-                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 3801088))  # @xl:152
+                if (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.DRAFT):  # @xl:152
+                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 3801088))  # @xl:153
                     d_draft = wrap_i32(d_draft - 1)
                     d_committed = wrap_i32(d_committed + 1)
-            elif (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED):  # @xl:156
+            elif (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED):  # @xl:157
                 drafts = wrap_i32(drafts + 1)
                 drafts_above_tp = wrap_i32(drafts_above_tp + (1 if (k >= tp) else 0))
         if (((k < r.kv_held) and (r.kv_pages[k] < 0)) or (k >= r.kv_held)):
@@ -569,15 +567,15 @@ def stage_kv_manage(r, sh, p, xw):
             break
         pg = (r.kv_pages[k] if (k < held) else -1)
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4128768)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:219
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4128768)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:220
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:221
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 3735552))  # @xl:222
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 3866624))  # @xl:223
-            xw.put('page_slot', k, check_index(pg, 16384, 3997696))  # @xl:224
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 3801088))  # @xl:225
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:222
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 3735552))  # @xl:223
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 3866624))  # @xl:224
+            xw.put('page_slot', k, check_index(pg, 16384, 3997696))  # @xl:225
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 3801088))  # @xl:226
             r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1)  # @xl:227
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1)  # @xl:228
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -587,29 +585,29 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 3866624))  # @xl:240
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED)):  # @xl:241
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 3866624))  # @xl:241
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED)):  # @xl:242
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:244
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:245
-                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:246
-                if (sh.page_used[check_index(pg, 16384, 4063232)] != 0):  # @xl:247
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:248
-                    xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:249
-                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:251
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:245
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:246
+                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:247
+                if (sh.page_used[check_index(pg, 16384, 4063232)] != 0):  # @xl:248
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:249
+                    xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:250
+                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:252
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 3735552))  # @xl:258
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 3735552))  # @xl:259
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED))  # @xl:263
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED))  # @xl:264
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384, 4063232)]):  # @xl:265
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4063232)]))  # @xl:266
-                xw.put('page_used', in_page, check_index(pg, 16384, 4063232))  # @xl:267
+            if (in_page != sh.page_used[check_index(pg, 16384, 4063232)]):  # @xl:266
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4063232)]))  # @xl:267
+                xw.put('page_used', in_page, check_index(pg, 16384, 4063232))  # @xl:268
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -622,7 +620,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:285
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:286
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -649,7 +647,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:323: collective kv_collect
+# stages/kv.xl:324: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -657,13 +655,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:326
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:327
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:333
+        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:334
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -672,22 +670,22 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:345
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:346
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:347
-            xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:348
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4063232)]), wrap_i32)  # @xl:349
-            xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:350
+        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:346
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:347
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:348
+            xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:349
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4063232)]), wrap_i32)  # @xl:350
+            xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:351
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:353
+            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:354
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:372: collective kv_evict
+# stages/kv.xl:373: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -699,7 +697,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:380
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:381
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -718,16 +716,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:404
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:405
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:406
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:407
-                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:408
-                xw.put('page_refs', 0, check_index(pg, 16384, 3866624))  # @xl:409
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:410
-                xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:411
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4128768))  # @xl:412
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:413
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:405
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:406
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:407
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:408
+                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:409
+                xw.put('page_refs', 0, check_index(pg, 16384, 3866624))  # @xl:410
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:411
+                xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:412
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4128768))  # @xl:413
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:414
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -739,25 +737,6 @@ def stage_kv_evict(r, sh, p, xw):
             xw.add('kv_evict_recompute', n, wrap_i32)
         else:
             xw.add('kv_evict_decode', n, wrap_i32)
-
-
-# stages/cost_batch.xl:18: collective cost_batch
-def guard_cost_batch(r, sh, p):
-    return (fn_batch_decides(p) and ((r.state == ReqState.PREFILL_READY) or (r.state == ReqState.DECODE_READY)))  # @xl:18
-
-
-def stage_cost_batch(r, sh, p, xw):
-    a = fn_draft_accept(p, r.ema_acceptance_rate)  # @xl:19
-    cap = fn_cost_cap(p, ((r.req_flags & ReqFlag.KV_PRESSURE) == ReqFlag.KV_PRESSURE))  # @xl:20
-    e0 = yield ('sum', 'i', COST_ONE)
-    e1 = yield ('sum', 'i', fn_expected_commit(p, a, min_(1, cap)))  # @xl:22
-    e2 = yield ('sum', 'i', fn_expected_commit(p, a, min_(2, cap)))  # @xl:23
-    e4 = yield ('sum', 'i', fn_expected_commit(p, a, min_(4, cap)))  # @xl:24
-    e8 = yield ('sum', 'i', fn_expected_commit(p, a, min_(8, cap)))  # @xl:25
-    plain_run = yield ('max_of', 'i', r.plain_steps)
-    b = fn_cost_rule(p, e0, e1, e2, e4, e8, plain_run)  # @xl:27
-    r.current_block_size = clamp(min_(b, cap), 0, MAX_BLOCK)
-    r.plain_steps = (wrap_i32(r.plain_steps + 1) if (b == 0) else 0)
 
 
 def is_done(r, sh, p):
@@ -772,8 +751,7 @@ STAGES = [
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
     ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 323),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 372),
-    ('cost_batch', 7, True, guard_cost_batch, stage_cost_batch, None, None, 'collective', 18),
+    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 324),
+    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 373),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

@@ -249,8 +249,8 @@ def xl_spec():
 
 
 def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
-    # The KV cache off too (small): each request's first block is then its own choice (it
-    # prefills before any cost_batch); every later step takes the batch's.
+    # xl_spec has no cost_batch stage: under COST each request applies the cost rule to its own
+    # EMA at its verify (and at prefill, for its first block).
     from xlgen.tools.pipeline.workload import load as load_workload
 
     for workload, costs in (("mixed", SWITCHING), ("kv_pressure", CHEAP_VERIFY),
@@ -261,12 +261,19 @@ def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
         cpu_run = cpu.run(xl_spec, params, w.inputs, w.config)
         mismatch = compare(xl_spec.program, reference_run, cpu_run)
         assert mismatch is None, mismatch
+        p = {**DEFAULTS, **params}
+        first = trace_series(xl_spec.program, reference_run, "prefill", "current_block_size")
         blocks = trace_series(xl_spec.program, reference_run, "spec_verify", "current_block_size")
-        used = set(np.concatenate([blocks[i][1] for i in blocks]).tolist())
+        emas = trace_series(xl_spec.program, reference_run, "spec_verify", "ema_acceptance_rate")
+        used = set()
+        for req, (_, chosen) in blocks.items():
+            plain_run = 1 if int(first[req][1][0]) == 0 else 0
+            for ema, block in zip(emas[req][1], chosen):
+                # The request's own choice (its KV pressure is not traced: either cap).
+                own = {min(cost_rule(p, {b: expected_commit(accept(F(ema)), min(b, cap)) if b else COST_ONE
+                                         for b in (0, 1, 2, 4, 8)}, plain_run), cap)
+                       for cap in (8, p["kv_pressure_cap"])}
+                assert int(block) in own, (workload, req, ema, block, own)
+                plain_run = plain_run + 1 if int(block) == 0 else 0
+                used.add(int(block))
         assert len(used) > 2 and (0 in used or costs is not SWITCHING), used
-        # One block per round: spec_verify traces the block it verified, the batch's after the first.
-        per_round: dict[int, set[int]] = {}
-        for rounds, chosen in blocks.values():
-            for r, b in zip(rounds[1:], chosen[1:]):
-                per_round.setdefault(int(r), set()).add(int(b))
-        assert all(len(bs) == 1 for bs in per_round.values()), workload
