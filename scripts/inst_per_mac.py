@@ -1,6 +1,7 @@
 """Warp instructions per multiply-add of the generated code (issue 23), counted by Nsight Compute.
 
     python3 scripts/inst_per_mac.py [out.json]        # on a GPU machine with ncu on PATH
+    python3 scripts/inst_per_mac.py --stalls real-b8 [out.json]   # where the warps wait, by reason
 
 Two kernels, each launched once under `ncu --metrics smsp__inst_executed.sum` (warp-level SASS
 instructions executed, all SMs):
@@ -11,6 +12,10 @@ instructions executed, all SMs):
 - real: stages/byte_spec.xl, plain greedy decoding of prompt code_class (prefill + 8 tokens) by a
   team of 16 warps: the whole kernel (attention, norms, argmax, the round's control flow
   included) per multiply-add of the target's forward passes (matmuls + attention).
+
+--stalls KERNEL: instead of counting, the average cycles a warp spent stalled per instruction it
+issued, by reason (ncu's smsp__average_warps_issue_stalled_*_per_issue_active), for gemv, real,
+or real-b8 (the real pair with a fixed block of 8: its verify passes hold 9 positions; 32 tokens).
 
 Run it from a tree's root with that tree's xlgen on PYTHONPATH to compare two trees on one card.
 """
@@ -56,7 +61,9 @@ def child(which: str) -> None:
     prompts = rp.select_prompts(rp.load_prompts(), REAL_PROMPT)
     compiled = load(binding.pipeline_path())
     params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params("plain"))
-    inputs = rp.request_inputs(prompts, REAL_NEW, binding)
+    if which == "real-b8":
+        params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params("fixed", 8))
+    inputs = rp.request_inputs(prompts, REAL_NEW if which == "real" else 32, binding)
     gpu.run(compiled, params, inputs, sim.LaunchConfig(max_active=1, max_rounds=100000), team_warps=16)
 
 
@@ -78,21 +85,46 @@ def real_macs() -> int:
     return positions * per_position + attention
 
 
-def count(which: str) -> int:
-    cmd = ["ncu", "--csv", "--metrics", "smsp__inst_executed.sum", "-k", "regex:xl_run_deterministic",
+STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "wait", "math_pipe_throttle", "lg_throttle",
+          "mio_throttle", "not_selected", "selected", "no_instruction", "branch_resolving", "dispatch_stall",
+          "drain", "imc_miss", "misc", "sleeping", "tex_throttle")
+
+
+def metrics(which: str, names: list[str]) -> dict[str, float]:
+    cmd = ["ncu", "--csv", "--metrics", ",".join(names), "-k", "regex:xl_run_deterministic",
            "--launch-count", "1", sys.executable, __file__, "--child", which]
     out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=600)
     rows = [r for r in csv.reader(io.StringIO(out.stdout[out.stdout.find('"ID"'):])) if r]
     if len(rows) < 2:
         raise SystemExit(f"ncu gave no metric for {which}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     header = rows[0]
-    value = rows[1][header.index("Metric Value")]
-    return int(value.replace(",", ""))
+    return {r[header.index("Metric Name")]: float(r[header.index("Metric Value")].replace(",", "")) for r in rows[1:]}
+
+
+def count(which: str) -> int:
+    return int(metrics(which, ["smsp__inst_executed.sum"])["smsp__inst_executed.sum"])
+
+
+def stalls(which: str) -> dict:
+    """Cycles per issued instruction, by stall reason, largest first; and the total."""
+    names = [f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS]
+    got = metrics(which, names + ["smsp__inst_executed.sum", "smsp__warps_active.avg.per_cycle_active"])
+    by = {r: got[f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio"] for r in STALLS}
+    return {"kernel": which, "instructions": int(got["smsp__inst_executed.sum"]),
+            "warps_active_per_scheduler": got["smsp__warps_active.avg.per_cycle_active"],
+            "cycles_per_instruction": sum(by.values()),
+            "stalls": dict(sorted(by.items(), key=lambda kv: -kv[1]))}
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         return child(sys.argv[2])
+    if sys.argv[1:2] == ["--stalls"]:
+        report = stalls(sys.argv[2])
+        print(json.dumps(report, indent=1))
+        if len(sys.argv) > 3:
+            Path(sys.argv[3]).write_text(json.dumps(report, indent=1))
+        return
     report = {}
     gemv_macs = GEMV_REQUESTS * ROWS * COLS * REPS
     inst = count("gemv")

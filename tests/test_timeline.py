@@ -295,7 +295,7 @@ def test_capacity_is_sized_from_the_launch(program):
     one = gpu.timeline_capacity(program, teams=528, requests=32, max_active=32, mode="deterministic")
     # a share of one request: it and its stages, its barrier, and block 0's phase 2 and its parts
     stages, phase2 = len(program.per_request_stages), len(program.phase2_stages)
-    assert (stages, phase2) == (4, 4)  # xl_spec: prefill, decode, spec_verify, commit; 3 KV stages, cost_batch
+    assert (stages, phase2) == (4, 3)  # xl_spec: prefill, decode, spec_verify, commit; 3 KV stages
     assert one == (1 * (stages + 3) + 4 + phase2) * gpu.TIMELINE_ROUNDS
     many = gpu.timeline_capacity(program, teams=4, requests=100_000, max_active=4096, mode="deterministic")
     assert many * 4 * gpu.TIMELINE_WORDS * 4 <= gpu.TIMELINE_MAX_BYTES

@@ -13,7 +13,7 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 
 from __future__ import annotations
 
-from . import cpp_ops, names, ranges
+from . import cpp_ops, grouping, names, ranges
 from ..core import ir
 from ..core.subjects import Sites
 from ..semantics.ops import ERROR_WORDS
@@ -46,6 +46,7 @@ class CppEmitter:
         self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
         self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
+        self.hoisted: dict[int, str] = {}  # id(subexpression) -> the C++ name holding its value
 
     def array_site(self, base: ir.Var) -> int:
         return self.sites.array(base, self.in_function)
@@ -104,6 +105,8 @@ class CppEmitter:
         return f"err, {self.key}, {self.line}"
 
     def expr(self, e: ir.Expr) -> str:
+        if id(e) in self.hoisted:
+            return self.hoisted[id(e)]
         return getattr(self, "expr_" + type(e).__name__)(e)
 
     def expr_Const(self, e: ir.Const) -> str:
@@ -388,13 +391,109 @@ class CppEmitter:
         if not entry:
             by_warp += ", false"
         v = names.cpp(s.var)
+        group = self._group_plan(s, bound)
         if bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
+        elif group is not None:  # weight-once: its fast path a row at a time (grouping.py)
+            entry_sync = "true" if entry else "false"
+            lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {group.k}, {group.size}>(err, 1, xl_lo, xl_hi, "
+                         f"xl_lo >= 0 && xl_hi <= {bound}, [&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
             lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         lines += body
+        if group is not None:
+            lines += [f"{pad}{IND}}}, [&](int32_t xl_row, int32_t xl_t0, int32_t xl_n, XlLaneErr& xl_first) {{",
+                      *self._grouped_body(s, group, depth + 2)]
         lines += [f"{pad}{IND}}});", f"{pad}{IND}if (xl_failed(err)) {outer_bail}", f"{pad}}}"]
+        return lines
+
+    def _group_plan(self, s: ir.Lanes, bound: int | None):
+        """grouping.plan, where nothing in the grouped part can fail on the fast path: the sums'
+        elements at most in the checked copy, their bounds never."""
+        group = grouping.plan(s, bound)
+        if group is None:
+            return None
+        self.fast = True
+        try:
+            ok = all(self.raises(r.value) <= CHECKED_COPY and self.raises(r.start) == NEVER
+                     and self.raises(r.stop) == NEVER for r in group.sums)
+        finally:
+            self.fast = False
+        return group if ok else None
+
+    def _expr_and_err(self, e: ir.Expr, line: int) -> tuple[str, str]:
+        """`e` in C++, and the declaration of the `err` its checks name (none if they name none)."""
+        saved, self.uses_err = self.uses_err, False
+        try:
+            code = self.statement_expr(e, line)
+            return code, ("XlErr err = {0, 0, 0}; " if self.uses_err else "")
+        finally:
+            self.uses_err = saved or self.uses_err
+
+    def _grouped_body(self, s: ir.Lanes, g, depth) -> list[str]:
+        """The fast path of a weight-once loop (xl_lanes_grouped): the iterations
+        (xl_t0 + xl_g) * K + xl_row for xl_g < xl_n. Their sums together (xl_sum_group: the
+        weight read once per element for all of them, each position's sum in the order of
+        §13.2), then each iteration's tail in position order, its own error noted."""
+        pad = IND * depth
+        moving = g.per_position(s.var)
+        position = f"xl_t0 + xl_g"
+        iteration = f"(xl_t0 + xl_g) * {g.k} + xl_row"
+
+        def per_position(inner: str) -> list[str]:
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = {iteration};"]
+                    + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions])
+
+        lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};"]
+        lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_row;" for n in g.rows]
+        saved = (self.bail, self.field_store, self.fast)
+        self.fast = True
+        try:
+            for k, r in enumerate(g.sums):
+                t = cpp_ops.value_type(r.value.type)
+                acc = f"xl_sums{k}"
+                lines.append(f"{pad}{t} {acc}[{g.size}];")
+                lines.append(f"{pad}{{")
+                lines += self._lane_bounds(r, depth + 1)
+                weight = grouping.invariant_operand(r.value, moving)
+                j = names.cpp(r.var)
+                if weight is not None:
+                    wt = cpp_ops.value_type(weight.type)
+                    pre, pre_err = self._expr_and_err(weight, r.loc.line)
+                    pre = f"[&](int32_t {j}) -> {wt} {{ {pre_err}return {pre}; }},"
+                    self.hoisted[id(weight)] = "xl_w"
+                else:
+                    wt, pre = "int32_t", "[](int32_t) -> int32_t { return 0; },"
+                try:
+                    value, value_err = self._expr_and_err(r.value, r.loc.line)
+                finally:
+                    self.hoisted.pop(id(weight), None)
+                lines += [f"{pad}{IND}xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
+                          f"{pad}{IND * 2}{pre}",
+                          f"{pad}{IND}[&](int32_t xl_g, int32_t {j}, [[maybe_unused]] {wt} xl_w) -> {t} {{",
+                          *per_position(pad + IND * 2),
+                          f"{pad}{IND * 2}{value_err}return {value};",
+                          f"{pad}{IND}}});",
+                          f"{pad}}}"]
+            # The tails, a position at a time, each in a lambda of its own: a failing statement
+            # ends its iteration only (bail: return), and its error is noted with its index.
+            inner = pad + IND * 2
+            # (unrolled, so that the sums stay in registers: indexed by a variable they would not)
+            lines.append(f"{pad}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{")
+            lines.append(f"{pad}{IND}if (xl_g >= xl_n) break;")
+            lines += per_position(pad + IND)
+            lines.append(f"{pad}{IND}XlErr xl_e = {{0, 0, 0}};")
+            lines.append(f"{pad}{IND}[&](XlErr& err) {{")
+            lines += [f"{inner}[[maybe_unused]] {cpp_ops.value_type(r.type)} {names.cpp(r.name)} = xl_sums{k}[xl_g];"
+                      for k, r in enumerate(g.sums)]
+            self.bail, self.field_store = "return;", "XL_ITER_STORE"
+            self.after_lanes = False
+            lines += self.block(g.tail, depth + 2)
+            lines += [f"{pad}{IND}}}(xl_e);", f"{pad}{IND}xl_lane_err_note(xl_first, {names.cpp(s.var)}, xl_e);",
+                      f"{pad}}}"]
+        finally:
+            self.bail, self.field_store, self.fast = saved
         return lines
 
     def stmt_Reduce(self, s: ir.Reduce, depth):

@@ -848,6 +848,9 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 
 #if XL_ON_GPU
 #define XL_LANE ((int64_t)(threadIdx.x & 31u))
+#define XL_UNROLL _Pragma("unroll")
+#else
+#define XL_UNROLL
 #endif
 
 // `lanes for i in lo..hi { body }`: body(i, e) per iteration. Iterations are independent (the
@@ -896,6 +899,41 @@ template <> XL_HD float xl_sum_add<float>(float a, float b) { return xl_fadd(a, 
 template <typename T> XL_HD T xl_sum_identity() { return T(0); }
 template <> XL_HD float xl_sum_identity<float>() { return -0.0f; }  // x + -0.0 == x for every x
 
+// A weight-once loop (grouping.py): `lanes for e in lo..hi` whose iterations e = t * K + row
+// begin with sums reading row `row` of a weight. On its fast path (`fast`: the range within
+// the proved bound) with more than K iterations, a warp takes every position t of a row
+// together: grouped(row, t0, n, first) runs iterations (t0 + g) * K + row for g < n <= G,
+// their sums reading each weight once (xl_sum_group), then their tails. Otherwise, and with
+// fewer than XL_GROUP_MIN_POSITIONS positions per row, the loop runs as xl_lanes_v does. Iterations
+// are independent, so the order does not matter; the first failing one (by index) is noted.
+// Grouped only from this many positions per row on average: below it the guards of a group's
+// unrolled G positions cost more than the weight reads they save (measured on an H100 with the
+// real pair: verify passes of 2 and 3 positions 11-19% slower grouped; docs/benchmarks.md).
+#ifndef XL_GROUP_MIN_POSITIONS
+#define XL_GROUP_MIN_POSITIONS 4
+#endif
+template <bool EntrySync, int K, int G, typename Checked, typename Grouped>
+XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
+                                Grouped grouped) {
+    if (!fast || (int64_t)hi - lo <= (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K) {
+        xl_lanes_v<true, EntrySync>(err, key, lo, hi, fast, checked);
+        return;
+    }
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
+#if XL_ON_GPU
+    if (EntrySync) XL_TEAM_SYNC();
+    const int32_t start = (int32_t)(threadIdx.x >> 5) % XL_TEAM_WARPS, stride = XL_TEAM_WARPS;
+#else
+    const int32_t start = 0, stride = 1;
+#endif
+    for (int32_t row = start; row < K; row += stride) {
+        const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;  // lo >= 0 on the fast path
+        const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
+        for (int32_t t0 = t_first; t0 < t_end; t0 += G) grouped(row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+    }
+    xl_team_err_finish(err, key, first);
+}
+
 XL_HD uint32_t xl_reduce_key(int32_t v) { return (uint32_t)v ^ 0x80000000u; }
 XL_HD uint32_t xl_reduce_key(uint32_t v) { return v; }
 XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL_WORD_F); }
@@ -935,6 +973,36 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
         for (int l = 0; l < XL_REDUCE_LANES; ++l) part[l] = next[l];
     }
     return Check && err.code ? T(0) : part[0];
+#endif
+}
+
+// The sums of a group of n <= G positions (xl_lanes_grouped), over the same j range: out[g] =
+// sum(j in lo..hi: elem(g, j, w(j))), each in the order of xl_reduce_sum (lane l adds elements
+// l, l + 32, ... then the butterfly), w(j) -- the weight, the same for every position --
+// read once per element. No element can fail (emit_cpp.py groups only such sums).
+template <typename T, int G, typename Weight, typename Elem>
+XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weight w, Elem elem) {
+#if XL_ON_GPU
+    T acc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) acc[g] = xl_sum_identity<T>();
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
+        const auto wj = w((int32_t)j);
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (g < n) acc[g] = xl_sum_add(acc[g], elem(g, (int32_t)j, wj));
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        if (g < n)
+            for (int k = 16; k >= 1; k >>= 1) acc[g] = xl_sum_add(acc[g], __shfl_xor_sync(0xFFFFFFFFu, acc[g], k));
+        out[g] = acc[g];
+    }
+#else
+    for (int g = 0; g < n; ++g) {
+        XlErr e = {0, 0, 0};
+        out[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
+    }
 #endif
 }
 
