@@ -5,6 +5,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
     BACKENDS=cpu,gpu python3 scripts/fuzz_many.py ...          # also the GPU (deterministic mode)
     BACKENDS=gpu-fast SCHEDULE_FREE=1 python3 scripts/fuzz_many.py ...  # fast mode against sim.run_interleaved
                                                                # (without SCHEDULE_FREE: what every schedule holds)
+    GROUPED=1 python3 scripts/fuzz_many.py ...                 # only programs with a weight-once loop
+                                                               # (backends/grouping.py: ~4% of them)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
@@ -22,8 +24,10 @@ from multiprocessing import Pool
 
 
 def one(seed: int):
-    """(seed, None, has pools) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools)."""
+    """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1 skips."""
+    from xlgen.backends.build import load_text
+    from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
 
     cache = tempfile.mkdtemp(prefix="xlgen-fuzz-")
@@ -31,28 +35,32 @@ def one(seed: int):
     case = generate(seed, schedule_free=os.environ.get("SCHEDULE_FREE") == "1")
     pools = " owned by " in case.source
     try:
-        problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","))
-        return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools
+        compiled = load_text(case.source, name="fuzz.xl")
+        if os.environ.get("GROUPED") == "1" and "xl_lanes_grouped<" not in gpu.single_source(compiled):
+            return seed, None, pools, False
+        problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","), compiled=compiled)
+        return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools, True
     except Exception:
-        return seed, "error: " + traceback.format_exc()[-3000:], pools
+        return seed, "error: " + traceback.format_exc()[-3000:], pools, True
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def main() -> None:
     first, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    started, done, with_pools, failures = time.time(), 0, 0, []
+    started, done, ran, with_pools, failures = time.time(), 0, 0, 0, []
     with Pool(int(os.environ.get("JOBS", os.cpu_count() or 1))) as pool:
-        for seed, problem, pools in pool.imap_unordered(one, range(first, first + count), chunksize=4):
+        for seed, problem, pools, run in pool.imap_unordered(one, range(first, first + count), chunksize=4):
             done += 1
-            with_pools += pools
+            ran += run
+            with_pools += pools and run
             if problem:
                 failures.append({"seed": seed, "problem": problem})
             if done % 100 == 0 or done == count:
                 with open(out, "w") as f:
-                    json.dump({"first": first, "count": count, "done": done, "with_pools": with_pools,
+                    json.dump({"first": first, "count": count, "done": done, "ran": ran, "with_pools": with_pools,
                                "failures": failures, "seconds": round(time.time() - started, 1)}, f, indent=1)
-                print(f"{done} programs, {len(failures)} failing, {time.time() - started:.0f} s", flush=True)
+                print(f"{done} programs, {ran} run, {len(failures)} failing, {time.time() - started:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
