@@ -335,9 +335,9 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
 __device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                           int32_t n_active, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
     (void)xc;
-    run_collective_kv_manage(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    run_collective_kv_collect(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    run_collective_kv_evict(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    run_collective<Stage_kv_manage>(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    run_collective<Stage_kv_collect>(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    run_collective<Stage_kv_evict>(reqs, sh, p, active, keep, n_active, round, sink, xc);
 }
 
 // A team of several warps is the whole block: bound the registers so that it can start.
@@ -547,7 +547,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
         Request& r = xl_take_request(reqs, id, slot, lane);
-        const bool alive = run_stage_prefill(r, *sh, p, id, round, sink, lane == 0);
+        const bool alive = run_stage<Stage_prefill>(r, *sh, p, id, round, sink, lane == 0);
         xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
@@ -569,7 +569,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
         Request& r = xl_take_request(reqs, id, slot, lane);
-        const bool alive = run_stage_decode(r, *sh, p, id, round, sink, lane == 0);
+        const bool alive = run_stage<Stage_decode>(r, *sh, p, id, round, sink, lane == 0);
         xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
@@ -591,7 +591,7 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
         Request& r = xl_take_request(reqs, id, slot, lane);
-        const bool alive = run_stage_spec_verify(r, *sh, p, id, round, sink, lane == 0);
+        const bool alive = run_stage<Stage_spec_verify>(r, *sh, p, id, round, sink, lane == 0);
         xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }
@@ -613,7 +613,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
         if (!keep[i]) continue;  // failed in an earlier stage this round
         const int32_t id = active[i];
         Request& r = xl_take_request(reqs, id, slot, lane);
-        const bool alive = run_stage_commit(r, *sh, p, id, round, sink, lane == 0);
+        const bool alive = run_stage<Stage_commit>(r, *sh, p, id, round, sink, lane == 0);
         xl_put_request(reqs, id, slot, lane);
         if (!alive && lane == 0) keep[i] = 0;
     }

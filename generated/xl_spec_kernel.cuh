@@ -706,16 +706,6 @@ struct Frame_kv_manage {
     int32_t own_draft;
 };
 static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
-constexpr int XL_kv_manage_COLLECTIVES = 7;
-// Collective k's operation and its contribution's word kind.
-XL_HD int xl_kv_manage_op(int k) {
-    const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
-    return ops[k];
-}
-XL_HD int xl_kv_manage_word(int k) {
-    const int words[7] = {XL_WORD_I, XL_WORD_I, XL_WORD_U, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-    return words[k];
-}
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
@@ -1525,16 +1515,6 @@ struct Frame_kv_collect {
     int32_t slot;
 };
 static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
-constexpr int XL_kv_collect_COLLECTIVES = 4;
-// Collective k's operation and its contribution's word kind.
-XL_HD int xl_kv_collect_op(int k) {
-    const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
-    return ops[k];
-}
-XL_HD int xl_kv_collect_word(int k) {
-    const int words[4] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-    return words[k];
-}
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
@@ -1712,16 +1692,6 @@ struct Frame_kv_evict {
     int32_t first;
 };
 static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
-constexpr int XL_kv_evict_COLLECTIVES = 5;
-// Collective k's operation and its contribution's word kind.
-XL_HD int xl_kv_evict_op(int k) {
-    const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
-    return ops[k];
-}
-XL_HD int xl_kv_evict_word(int k) {
-    const int words[5] = {XL_WORD_I, XL_WORD_F, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-    return words[k];
-}
 
 // Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
 // (`xl_in`); segment k < 5 ends with collective k's contribution (`xl_out`).
@@ -2001,88 +1971,164 @@ XL_DEVICE void xl_emit_error(XlSink sink, int32_t req_id, int32_t round, uint32_
     xl_emit(sink, (uint32_t)req_id, (uint32_t)round, XL_KIND_ERROR, stage, values, 7);
 }
 
-// stages/prefill.xl:10: run stage prefill for one request if its guard holds, and
-// trace it. On the GPU all lanes of the request's warp call this; `writer`
-// (lane 0) writes the records. Returns false when the request failed (its
-// error record is written).
-XL_DEVICE bool run_stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
-                                      XlSink sink, bool writer) {
-    XlErr err = {0, 0, 0};
-    // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_prefill(err, r, sh, p, req_id) && !err.code) {
-        err = stage_prefill(r, sh, p, req_id);
-        if (!err.code && writer) {
-            uint32_t w[XL_RECORD_WORDS];
-            trace_prefill(w, r);
-            xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 0u, 0u, w, 6);
-        }
-    }
-    if (err.code) {
-        if (writer) xl_emit_error(sink, req_id, round, 0u, err);
-        return false;
-    }
-    return true;
-}
+// What the drivers below need of a stage (Stage_<name>): its index, guard, body and trace.
 
-// stages/decode.xl:10: run stage decode for one request if its guard holds, and
-// trace it. On the GPU all lanes of the request's warp call this; `writer`
-// (lane 0) writes the records. Returns false when the request failed (its
-// error record is written).
-XL_DEVICE bool run_stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
-                                      XlSink sink, bool writer) {
-    XlErr err = {0, 0, 0};
-    // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_decode(err, r, sh, p, req_id) && !err.code) {
-        err = stage_decode(r, sh, p, req_id);
+// stages/prefill.xl:10: stage prefill
+struct Stage_prefill {
+    static constexpr uint32_t stage = 0u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_prefill(err, r, sh, p, id);
     }
-    if (err.code) {
-        if (writer) xl_emit_error(sink, req_id, round, 1u, err);
-        return false;
+    XL_DEVICE static XlErr body(Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return stage_prefill(r, sh, p, id);
     }
-    return true;
-}
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        uint32_t w[XL_RECORD_WORDS];
+        trace_prefill(w, r);
+        xl_emit(sink, (uint32_t)id, (uint32_t)round, 0u, stage, w, 6);
+    }
+};
 
-// stages/verify.xl:9: run stage spec_verify for one request if its guard holds, and
-// trace it. On the GPU all lanes of the request's warp call this; `writer`
-// (lane 0) writes the records. Returns false when the request failed (its
-// error record is written).
-XL_DEVICE bool run_stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
-                                      XlSink sink, bool writer) {
-    XlErr err = {0, 0, 0};
-    // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_spec_verify(err, r, sh, p, req_id) && !err.code) {
-        err = stage_spec_verify(r, sh, p, req_id);
-        if (!err.code && writer) {
-            uint32_t w[XL_RECORD_WORDS];
-            trace_spec_verify(w, r);
-            xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 1u, 2u, w, 3);
-        }
+// stages/decode.xl:10: stage decode
+struct Stage_decode {
+    static constexpr uint32_t stage = 1u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_decode(err, r, sh, p, id);
     }
-    if (err.code) {
-        if (writer) xl_emit_error(sink, req_id, round, 2u, err);
-        return false;
+    XL_DEVICE static XlErr body(Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return stage_decode(r, sh, p, id);
     }
-    return true;
-}
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        (void)sink; (void)r; (void)id; (void)round;  // not traced
+    }
+};
 
-// stages/commit.xl:6: run stage commit for one request if its guard holds, and
-// trace it. On the GPU all lanes of the request's warp call this; `writer`
-// (lane 0) writes the records. Returns false when the request failed (its
-// error record is written).
-XL_DEVICE bool run_stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
-                                      XlSink sink, bool writer) {
+// stages/verify.xl:9: stage spec_verify
+struct Stage_spec_verify {
+    static constexpr uint32_t stage = 2u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_spec_verify(err, r, sh, p, id);
+    }
+    XL_DEVICE static XlErr body(Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return stage_spec_verify(r, sh, p, id);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        uint32_t w[XL_RECORD_WORDS];
+        trace_spec_verify(w, r);
+        xl_emit(sink, (uint32_t)id, (uint32_t)round, 1u, stage, w, 3);
+    }
+};
+
+// stages/commit.xl:6: stage commit
+struct Stage_commit {
+    static constexpr uint32_t stage = 3u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_commit(err, r, sh, p, id);
+    }
+    XL_DEVICE static XlErr body(Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return stage_commit(r, sh, p, id);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        uint32_t w[XL_RECORD_WORDS];
+        trace_commit(w, r);
+        xl_emit(sink, (uint32_t)id, (uint32_t)round, 2u, stage, w, 4);
+    }
+};
+
+// stages/kv.xl:57: collective stage kv_manage
+struct Stage_kv_manage {
+    static constexpr uint32_t stage = 4u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_kv_manage(err, r, sh, p, id);
+    }
+    using Frame = Frame_kv_manage;
+    static constexpr int32_t line = 57, collectives = 7;
+    // Collective k's operation and its contribution's word kind.
+    XL_HD static int op(int k) {
+        const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
+        return ops[k];
+    }
+    XL_HD static int word(int k) {
+        const int words[7] = {XL_WORD_I, XL_WORD_I, XL_WORD_U, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+        return words[k];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_manage(seg, in, out, r, sh, p, id, f, xw);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        uint32_t w[XL_RECORD_WORDS];
+        trace_kv_manage(w, r);
+        xl_emit(sink, (uint32_t)id, (uint32_t)round, 3u, stage, w, 7);
+    }
+};
+
+// stages/kv.xl:324: collective stage kv_collect
+struct Stage_kv_collect {
+    static constexpr uint32_t stage = 5u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_kv_collect(err, r, sh, p, id);
+    }
+    using Frame = Frame_kv_collect;
+    static constexpr int32_t line = 324, collectives = 4;
+    // Collective k's operation and its contribution's word kind.
+    XL_HD static int op(int k) {
+        const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
+        return ops[k];
+    }
+    XL_HD static int word(int k) {
+        const int words[4] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+        return words[k];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_collect(seg, in, out, r, sh, p, id, f, xw);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        (void)sink; (void)r; (void)id; (void)round;  // not traced
+    }
+};
+
+// stages/kv.xl:373: collective stage kv_evict
+struct Stage_kv_evict {
+    static constexpr uint32_t stage = 6u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_kv_evict(err, r, sh, p, id);
+    }
+    using Frame = Frame_kv_evict;
+    static constexpr int32_t line = 373, collectives = 5;
+    // Collective k's operation and its contribution's word kind.
+    XL_HD static int op(int k) {
+        const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
+        return ops[k];
+    }
+    XL_HD static int word(int k) {
+        const int words[5] = {XL_WORD_I, XL_WORD_F, XL_WORD_I, XL_WORD_I, XL_WORD_I};
+        return words[k];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
+                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_evict(seg, in, out, r, sh, p, id, f, xw);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        (void)sink; (void)r; (void)id; (void)round;  // not traced
+    }
+};
+
+// Run per-request stage S for one request if its guard holds, and trace it. On the GPU all
+// lanes of the request's warp call this; `writer` (lane 0) writes the records. Returns false
+// when the request failed (its error record is written).
+template <typename S>
+XL_DEVICE bool run_stage(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round, XlSink sink,
+                         bool writer) {
     XlErr err = {0, 0, 0};
     // `&& !err.code`: a guard that failed returns a substitute value, which must not run the stage
-    if (guard_commit(err, r, sh, p, req_id) && !err.code) {
-        err = stage_commit(r, sh, p, req_id);
-        if (!err.code && writer) {
-            uint32_t w[XL_RECORD_WORDS];
-            trace_commit(w, r);
-            xl_emit(sink, (uint32_t)req_id, (uint32_t)round, 2u, 3u, w, 4);
-        }
+    if (S::guard(err, r, sh, p, req_id) && !err.code) {
+        err = S::body(r, sh, p, req_id);
+        if (!err.code && writer) S::trace(sink, r, req_id, round);
     }
     if (err.code) {
-        if (writer) xl_emit_error(sink, req_id, round, 3u, err);
+        if (writer) xl_emit_error(sink, req_id, round, S::stage, err);
         return false;
     }
     return true;
@@ -2091,10 +2137,10 @@ XL_DEVICE bool run_stage_commit(Request& r, const Shared& sh, const Params& p, i
 // Phase 1: one request's per-request stages in declared order.
 XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p, int32_t req_id, int32_t round,
                                   XlSink sink, bool writer) {
-    if (!run_stage_prefill(r, sh, p, req_id, round, sink, writer)) return false;
-    if (!run_stage_decode(r, sh, p, req_id, round, sink, writer)) return false;
-    if (!run_stage_spec_verify(r, sh, p, req_id, round, sink, writer)) return false;
-    if (!run_stage_commit(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage<Stage_prefill>(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage<Stage_decode>(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage<Stage_spec_verify>(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage<Stage_commit>(r, sh, p, req_id, round, sink, writer)) return false;
     return true;
 }
 
@@ -2161,17 +2207,19 @@ XL_DEVICE bool arbiter_turn_possible(int stage_index, const Request& r, const Sh
     }
 }
 
-XL_DEVICE Frame_kv_manage& frame_of_kv_manage(const XlColl& xc, int32_t slot) {
-    return *reinterpret_cast<Frame_kv_manage*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
+// A collective stage for the active requests with keep[i] == 2 (S: its Stage_<name>), by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one thread.
+// Participants: those whose guard holds now. Each collective combines their contributions in
+// slot order (= request-id order); the shadow writes are applied at the end. keep[i] becomes 0
+// for a request that failed.
+template <typename S>
+XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
+    return *reinterpret_cast<typename S::Frame*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
-// stages/kv.xl:57: collective stage kv_manage for the active requests with keep[i] == 2, by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one
-// thread. Participants: those whose guard holds now. Each collective combines their
-// contributions in slot order (= request-id order); the shadow writes are applied at
-// the end. keep[i] becomes 0 for a request that failed.
-XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+template <typename S>
+XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                              int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
     XL_PROF_START();
     int32_t any = 0;
@@ -2181,9 +2229,9 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         if (keep[i] == 2) {
             XlErr err = {0, 0, 0};
             const int32_t id = active[i];
-            if (guard_kv_manage(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+            if (S::guard(err, reqs[id], *sh, p, id) && !err.code) part = 1;
             if (err.code) {
-                xl_emit_error(sink, id, round, 4u, err);
+                xl_emit_error(sink, id, round, S::stage, err);
                 keep[i] = 0;
             }
         }
@@ -2192,256 +2240,67 @@ XL_DEVICE void run_collective_kv_manage(Request* reqs, Shared* sh, const Params&
         any |= part;
     }
     if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
-    XL_PROF_MARK(4 * 32);  // marks: guards, then per segment: its code, its collective
-    for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES; ++seg) {
+    XL_PROF_MARK(S::stage * 32);  // marks: guards, then per segment: its code, its collective
+    for (int32_t seg = 0; seg <= S::collectives; ++seg) {
         for (int32_t i = t; i < n; i += nt) {
             if (!xc.part[i]) continue;
             const int32_t id = active[i];
             uint32_t out = 0u;
             XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = stage_kv_manage(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_kv_manage(xc, i), xw);
+            const XlErr err = S::segment(seg, xc.result[i], out, reqs[id], *sh, p, id, frame_of<S>(xc, i), xw);
             xc.noted[i] = xw.n;
             if (err.code) {
-                xl_emit_error(sink, id, round, 4u, err);
+                xl_emit_error(sink, id, round, S::stage, err);
                 keep[i] = 0;
                 xc.part[i] = 0;
             }
             xc.contrib[i] = out;
         }
         XL_BLOCK_SYNC();
-        XL_PROF_MARK(4 * 32 + 1 + 2 * seg);
-        if (seg < XL_kv_manage_COLLECTIVES) xl_collective(xc, xl_kv_manage_op(seg), xl_kv_manage_word(seg), active, n);
-        XL_PROF_MARK(4 * 32 + 2 + 2 * seg);
+        XL_PROF_MARK(S::stage * 32 + 1 + 2 * seg);
+        if (seg < S::collectives) xl_collective(xc, S::op(seg), S::word(seg), active, n);
+        XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
     }
     xl_settle_all(xc, sh, n);
-    XL_PROF_MARK(4 * 32 + 30);
+    XL_PROF_MARK(S::stage * 32 + 30);
     for (int32_t i = t; i < n; i += nt) {
         if (!xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 4u, XlErr{XL_ERR_CONFLICT, 57, 0});
+            xl_emit_error(sink, id, round, S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
             keep[i] = 0;
-        }
-        else {
-            uint32_t w[XL_RECORD_WORDS];
-            trace_kv_manage(w, reqs[id]);
-            xl_emit(sink, (uint32_t)id, (uint32_t)round, 3u, 4u, w, 7);
+        } else {
+            S::trace(sink, reqs[id], id, round);
         }
     }
     XL_BLOCK_SYNC();
-    XL_PROF_MARK(4 * 32 + 31);
+    XL_PROF_MARK(S::stage * 32 + 31);
 }
 
 // The same stage for one request alone (fast mode, under the lock: one thread).
-XL_DEVICE bool run_collective_solo_kv_manage(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
-                                                XlSink sink, const XlColl& xc) {
+template <typename S>
+XL_DEVICE bool run_collective_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
+                                   const XlColl& xc) {
     XlErr err = {0, 0, 0};
-    if (!guard_kv_manage(err, r, sh, p, id) || err.code) {
-        if (err.code) xl_emit_error(sink, id, round, 4u, err);
+    if (!S::guard(err, r, sh, p, id) || err.code) {
+        if (err.code) xl_emit_error(sink, id, round, S::stage, err);
         return !err.code;
     }
-    Frame_kv_manage f;
+    typename S::Frame f;
     uint32_t in = 0u;
     XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
-    for (int32_t seg = 0; seg <= XL_kv_manage_COLLECTIVES && !err.code; ++seg) {
+    for (int32_t seg = 0; seg <= S::collectives && !err.code; ++seg) {
         uint32_t out = 0u;
-        err = stage_kv_manage(seg, in, out, r, sh, p, id, f, xw);
-        if (seg < XL_kv_manage_COLLECTIVES) in = xl_collective_solo(xl_kv_manage_op(seg), out, id);
+        err = S::segment(seg, in, out, r, sh, p, id, f, xw);
+        if (seg < S::collectives) in = xl_collective_solo(S::op(seg), out, id);
     }
     xc.noted[0] = xw.n;
     xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
     if (err.code) {
-        xl_emit_error(sink, id, round, 4u, err);
+        xl_emit_error(sink, id, round, S::stage, err);
         return false;
     }
-    uint32_t w[XL_RECORD_WORDS];
-    trace_kv_manage(w, r);
-    xl_emit(sink, (uint32_t)id, (uint32_t)round, 3u, 4u, w, 7);
-    return true;
-}
-
-XL_DEVICE Frame_kv_collect& frame_of_kv_collect(const XlColl& xc, int32_t slot) {
-    return *reinterpret_cast<Frame_kv_collect*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
-}
-
-// stages/kv.xl:324: collective stage kv_collect for the active requests with keep[i] == 2, by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one
-// thread. Participants: those whose guard holds now. Each collective combines their
-// contributions in slot order (= request-id order); the shadow writes are applied at
-// the end. keep[i] becomes 0 for a request that failed.
-XL_DEVICE void run_collective_kv_collect(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
-    const int32_t t = XL_THREAD, nt = XL_THREADS;
-    XL_PROF_START();
-    int32_t any = 0;
-    for (int32_t i = t; i < n; i += nt) {
-        int32_t part = 0;
-        xc.conflict[i] = 0;
-        if (keep[i] == 2) {
-            XlErr err = {0, 0, 0};
-            const int32_t id = active[i];
-            if (guard_kv_collect(err, reqs[id], *sh, p, id) && !err.code) part = 1;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 5u, err);
-                keep[i] = 0;
-            }
-        }
-        xc.part[i] = part;
-        xc.result[i] = 0u;
-        any |= part;
-    }
-    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
-    XL_PROF_MARK(5 * 32);  // marks: guards, then per segment: its code, its collective
-    for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES; ++seg) {
-        for (int32_t i = t; i < n; i += nt) {
-            if (!xc.part[i]) continue;
-            const int32_t id = active[i];
-            uint32_t out = 0u;
-            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = stage_kv_collect(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_kv_collect(xc, i), xw);
-            xc.noted[i] = xw.n;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 5u, err);
-                keep[i] = 0;
-                xc.part[i] = 0;
-            }
-            xc.contrib[i] = out;
-        }
-        XL_BLOCK_SYNC();
-        XL_PROF_MARK(5 * 32 + 1 + 2 * seg);
-        if (seg < XL_kv_collect_COLLECTIVES) xl_collective(xc, xl_kv_collect_op(seg), xl_kv_collect_word(seg), active, n);
-        XL_PROF_MARK(5 * 32 + 2 + 2 * seg);
-    }
-    xl_settle_all(xc, sh, n);
-    XL_PROF_MARK(5 * 32 + 30);
-    for (int32_t i = t; i < n; i += nt) {
-        if (!xc.part[i]) continue;
-        const int32_t id = active[i];
-        if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 5u, XlErr{XL_ERR_CONFLICT, 324, 0});
-            keep[i] = 0;
-        }
-    }
-    XL_BLOCK_SYNC();
-    XL_PROF_MARK(5 * 32 + 31);
-}
-
-// The same stage for one request alone (fast mode, under the lock: one thread).
-XL_DEVICE bool run_collective_solo_kv_collect(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
-                                                XlSink sink, const XlColl& xc) {
-    XlErr err = {0, 0, 0};
-    if (!guard_kv_collect(err, r, sh, p, id) || err.code) {
-        if (err.code) xl_emit_error(sink, id, round, 5u, err);
-        return !err.code;
-    }
-    Frame_kv_collect f;
-    uint32_t in = 0u;
-    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
-    for (int32_t seg = 0; seg <= XL_kv_collect_COLLECTIVES && !err.code; ++seg) {
-        uint32_t out = 0u;
-        err = stage_kv_collect(seg, in, out, r, sh, p, id, f, xw);
-        if (seg < XL_kv_collect_COLLECTIVES) in = xl_collective_solo(xl_kv_collect_op(seg), out, id);
-    }
-    xc.noted[0] = xw.n;
-    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
-    if (err.code) {
-        xl_emit_error(sink, id, round, 5u, err);
-        return false;
-    }
-    return true;
-}
-
-XL_DEVICE Frame_kv_evict& frame_of_kv_evict(const XlColl& xc, int32_t slot) {
-    return *reinterpret_cast<Frame_kv_evict*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
-}
-
-// stages/kv.xl:373: collective stage kv_evict for the active requests with keep[i] == 2, by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one
-// thread. Participants: those whose guard holds now. Each collective combines their
-// contributions in slot order (= request-id order); the shadow writes are applied at
-// the end. keep[i] becomes 0 for a request that failed.
-XL_DEVICE void run_collective_kv_evict(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                                           int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
-    const int32_t t = XL_THREAD, nt = XL_THREADS;
-    XL_PROF_START();
-    int32_t any = 0;
-    for (int32_t i = t; i < n; i += nt) {
-        int32_t part = 0;
-        xc.conflict[i] = 0;
-        if (keep[i] == 2) {
-            XlErr err = {0, 0, 0};
-            const int32_t id = active[i];
-            if (guard_kv_evict(err, reqs[id], *sh, p, id) && !err.code) part = 1;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 6u, err);
-                keep[i] = 0;
-            }
-        }
-        xc.part[i] = part;
-        xc.result[i] = 0u;
-        any |= part;
-    }
-    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
-    XL_PROF_MARK(6 * 32);  // marks: guards, then per segment: its code, its collective
-    for (int32_t seg = 0; seg <= XL_kv_evict_COLLECTIVES; ++seg) {
-        for (int32_t i = t; i < n; i += nt) {
-            if (!xc.part[i]) continue;
-            const int32_t id = active[i];
-            uint32_t out = 0u;
-            XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = stage_kv_evict(seg, xc.result[i], out, reqs[id], *sh, p, id,
-                                                 frame_of_kv_evict(xc, i), xw);
-            xc.noted[i] = xw.n;
-            if (err.code) {
-                xl_emit_error(sink, id, round, 6u, err);
-                keep[i] = 0;
-                xc.part[i] = 0;
-            }
-            xc.contrib[i] = out;
-        }
-        XL_BLOCK_SYNC();
-        XL_PROF_MARK(6 * 32 + 1 + 2 * seg);
-        if (seg < XL_kv_evict_COLLECTIVES) xl_collective(xc, xl_kv_evict_op(seg), xl_kv_evict_word(seg), active, n);
-        XL_PROF_MARK(6 * 32 + 2 + 2 * seg);
-    }
-    xl_settle_all(xc, sh, n);
-    XL_PROF_MARK(6 * 32 + 30);
-    for (int32_t i = t; i < n; i += nt) {
-        if (!xc.part[i]) continue;
-        const int32_t id = active[i];
-        if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, 6u, XlErr{XL_ERR_CONFLICT, 373, 0});
-            keep[i] = 0;
-        }
-    }
-    XL_BLOCK_SYNC();
-    XL_PROF_MARK(6 * 32 + 31);
-}
-
-// The same stage for one request alone (fast mode, under the lock: one thread).
-XL_DEVICE bool run_collective_solo_kv_evict(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round,
-                                                XlSink sink, const XlColl& xc) {
-    XlErr err = {0, 0, 0};
-    if (!guard_kv_evict(err, r, sh, p, id) || err.code) {
-        if (err.code) xl_emit_error(sink, id, round, 6u, err);
-        return !err.code;
-    }
-    Frame_kv_evict f;
-    uint32_t in = 0u;
-    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
-    for (int32_t seg = 0; seg <= XL_kv_evict_COLLECTIVES && !err.code; ++seg) {
-        uint32_t out = 0u;
-        err = stage_kv_evict(seg, in, out, r, sh, p, id, f, xw);
-        if (seg < XL_kv_evict_COLLECTIVES) in = xl_collective_solo(xl_kv_evict_op(seg), out, id);
-    }
-    xc.noted[0] = xw.n;
-    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
-    if (err.code) {
-        xl_emit_error(sink, id, round, 6u, err);
-        return false;
-    }
+    S::trace(sink, r, id, round);
     return true;
 }
 
@@ -2449,9 +2308,9 @@ XL_DEVICE bool run_collective_solo_kv_evict(Request& r, Shared& sh, const Params
 XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
                                const XlColl& xc) {
     (void)r; (void)sh; (void)p; (void)id; (void)round; (void)sink; (void)xc;
-    if (!run_collective_solo_kv_manage(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_collective_solo_kv_collect(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_collective_solo_kv_evict(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_collective_solo<Stage_kv_manage>(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_collective_solo<Stage_kv_collect>(r, sh, p, id, round, sink, xc)) return false;
+    if (!run_collective_solo<Stage_kv_evict>(r, sh, p, id, round, sink, xc)) return false;
     return true;
 }
 

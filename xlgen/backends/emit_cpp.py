@@ -438,7 +438,7 @@ class CppEmitter:
         §13.2), then each iteration's tail in position order, its own error noted."""
         pad = IND * depth
         moving = g.per_position(s.var)
-        position = f"xl_t0 + xl_g"
+        position = "xl_t0 + xl_g"
         iteration = f"(xl_t0 + xl_g) * {g.k} + xl_row"
 
         def per_position(inner: str) -> list[str]:

@@ -97,14 +97,16 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
         return None
     head_locals = {s.var, *positions, *rows}
     moving = {s.var, *positions}
+    body_locals = {x.name for x in ir.statements(s.body) if isinstance(x, (ir.Let, ir.Reduce))}
     sums = []
     while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
         r = body[0]
         if locals_read(r.start) & moving or locals_read(r.stop) & moving:
             break
-        body_locals = {x.name for x in ir.statements(s.body) if isinstance(x, (ir.Let, ir.Reduce))}
-        outside_or_head = locals_read(r.value) - {r.var} - head_locals
-        if outside_or_head & body_locals or not _simple(r.value) or not _simple(r.start) or not _simple(r.stop):
+        # elements read the split, their own variable and names from outside the loop only
+        if (locals_read(r.value) - {r.var} - head_locals) & body_locals:
+            break
+        if not (_simple(r.value) and _simple(r.start) and _simple(r.stop)):
             break
         sums.append(body.pop(0))
     if not sums:
