@@ -2207,16 +2207,17 @@ XL_DEVICE bool arbiter_turn_possible(int stage_index, const Request& r, const Sh
     }
 }
 
-// A collective stage for the active requests with keep[i] == 2 (S: its Stage_<name>), by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one thread.
-// Participants: those whose guard holds now. Each collective combines their contributions in
-// slot order (= request-id order); the shadow writes are applied at the end. keep[i] becomes 0
-// for a request that failed.
+// Collective stage S's frame (its top-level locals between segments) for participant `slot`.
 template <typename S>
 XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<typename S::Frame*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
+// A collective stage for the active requests with keep[i] == 2 (S: its Stage_<name>), by
+// every thread of one block (a thread per request, in chunks) or, on the CPU, one thread.
+// Participants: those whose guard holds now. Each collective combines their contributions in
+// slot order (= request-id order); the shadow writes are applied at the end. keep[i] becomes 0
+// for a request that failed.
 template <typename S>
 XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                               int32_t n, int32_t round, XlSink sink, const XlColl& xc) {

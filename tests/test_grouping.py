@@ -144,3 +144,22 @@ def test_gpu_equals_the_simulator(team_warps):
     want = sim.run(compiled.sim_module(), weights(), inputs, config)
     got = gpu.run(compiled, weights(), inputs, config, mode="deterministic", team_warps=team_warps)
     assert compare(compiled.program, want, got) is None
+
+
+def test_pass_cost_script_runs_on_the_cpu_build(tmp_path):
+    """scripts/pass_cost.py end to end on the CPU build (its GPU numbers are in docs/benchmarks.md):
+    four launches of the real pair, prompts of 9 * m1, 9 * m1 + 1, 9 * m2 and 9 * m2 + 1 bytes."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "pass_cost.py"), "-o", str(tmp_path),
+                           "--backend", "cpu", "--repeats", "0", "--chunks", "1,2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads((tmp_path / "pass_cost.json").read_text())
+    assert sorted(int(n) for n in got["kernel_ms_by_prompt_bytes"]) == [9, 10, 18, 19]
+    assert all(t > 0 for t in got["kernel_ms_by_prompt_bytes"].values())
+    assert got["backend"] == "cpu" and "pass9_us" in got and "pass1_us" in got

@@ -229,7 +229,7 @@ class StatementGen:
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
         ctx.loops += 1
-        body = self.rows_head(ctx, var, ind + 1) if self.shape_rng.random() < 0.5 else []
+        body = self.rows_head(ctx, var, ind + 1, length) if self.shape_rng.random() < 0.5 else []
         body += self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
         for a in written:  # every written array gets at least one store
             value = self.expr(ctx, a.type.elem, 2)
@@ -241,13 +241,15 @@ class StatementGen:
         self.pop(ctx)
         return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
 
-    def rows_head(self, ctx: Ctx, var: str, ind: int) -> list[str]:
+    def rows_head(self, ctx: Ctx, var: str, ind: int, length: int) -> list[str]:
         """The head of a matrix-vector iteration, as the real pair's passes write them: a row and
         a column from the iteration's index (`e / C`, `e % C`: the forms ranges.py bounds), then
         one to three sums of one type over the same constant range. Decided on a stream of its
-        own (`shape_rng`), so programs without it are those their seeds always gave."""
+        own (`shape_rng`), so programs without it are those their seeds always gave. C is at
+        most half the loop's array length, so that most such loops have several positions per
+        row: the weight-once mapping (backends/grouping.py) then runs them a row at a time."""
         pad = "    " * ind
-        width = self.pick([2, 4, 8, 32])
+        width = min(self.pick([2, 4, 8, 32]), max(2, 1 << max(length // 2, 1).bit_length() - 1))
         row, col = self.new_local(ctx, "t"), self.new_local(ctx, "c")
         lines = [f"{pad}let {row} = {var} / {width}", f"{pad}let {col} = {var} % {width}"]
         ctx.scopes[-1][row] = Sym(row, "i32", mutable=False)
