@@ -106,6 +106,11 @@ def test_what_is_not_grouped():
     # two different splits
     assert plan_of("    lanes for e in 0..n * K {\n        let t = e / K\n        let i = e % 4\n"
                    + "        let a = sum(j in 0..40: w[i, j])\n        y[e] = a\n    }\n") == [None]
+    # a sum whose range reads an earlier sum (per position): the head ends before it (fuzz seed 4103995)
+    assert [r.name for r in plan_of("    lanes for e in 0..n * K {\n" + split
+                                    + "        let a = sum(j in 0..40: w[i, j])\n"
+                                    + "        let b = sum(j in 0..clamp(a as i32, 0, 40): w[i, j])\n"
+                                    + "        y[e] = b\n    }\n")[0].sums] == ["a"]
     # a sum reading a local of the body other than the split
     assert plan_of("    lanes for e in 0..n * K {\n" + split + "        let a = sum(j in 0..40: w[i, j])\n"
                    + "        let b = sum(j in 0..40: w[i, j] * a)\n        y[e] = b\n    }\n")[0].sums[0].name == "a"

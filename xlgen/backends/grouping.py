@@ -96,12 +96,13 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
     if k is None:
         return None
     head_locals = {s.var, *positions, *rows}
-    moving = {s.var, *positions}
     body_locals = {x.name for x in ir.statements(s.body) if isinstance(x, (ir.Let, ir.Reduce))}
     sums = []
     while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
         r = body[0]
-        if locals_read(r.start) & moving or locals_read(r.stop) & moving:
+        # bounds the same for every position: they read no local of the body but the rows (not
+        # the position, nor an earlier sum: fuzz seed 4103995)
+        if (locals_read(r.start) | locals_read(r.stop)) & ((body_locals | {s.var}) - set(rows)):
             break
         # elements read the split, their own variable and names from outside the loop only
         if (locals_read(r.value) - {r.var} - head_locals) & body_locals:
