@@ -18,8 +18,9 @@ order (§13.2: lane l adds elements l, l + 32, ... then the butterfly). Bits are
 
 `plan(lanes, bound)` says whether a loop has that shape: its body starts with lets that split
 the loop variable by one constant K (`e / K`, the position; `e % K`, the row), then sums whose
-bounds do not depend on the position and whose elements read only the split lets, the loop
-variable, the sum's own variable and names from outside the loop; the rest of the body (the
+bounds read no local of the body but the row (so they are the same for every position) and
+whose elements read only the split lets, the loop variable, the sum's own variable and names
+from outside the loop; the rest of the body (the
 tail) is arbitrary and runs per position afterwards. Only the fast path of a versioned loop
 (`bound`: its range within 0..bound-1) is grouped, a group holding at most ceil(bound / K)
 positions.
