@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from xlgen.companion import load as load_companion
 from xlgen.core.resources import data_dir
 
 rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
-CHUNK = 9
+CHUNK = 9  # positions per pass (byte_model.xl)
 
 
 def kernel_ms(compiled, params: dict, prompt: bytes, backend: str, team_warps: int, repeats: int) -> float:
@@ -44,8 +45,6 @@ def kernel_ms(compiled, params: dict, prompt: bytes, backend: str, team_warps: i
             result = gpu.run(compiled, params, inputs, config, team_warps=team_warps)
             times.append(result.extra["timing"].kernel_ms)
         else:
-            import time
-
             t0 = time.perf_counter()
             cpu.run(compiled, params, inputs, config)
             times.append((time.perf_counter() - t0) * 1e3)
@@ -58,7 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("gpu", "cpu"), default="gpu")
     ap.add_argument("--team-warps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--chunks", default="4,8", help="m1,m2: prompts of 9 * m1 and 9 * m2 bytes (default 4,8)")
+    ap.add_argument("--chunks", default="4,8", help="m1,m2: prompts of CHUNK * m1 and CHUNK * m2 bytes (default 4,8)")
     args = ap.parse_args(argv)
     m1, m2 = (int(x) for x in args.chunks.split(","))
     binding = rp.load_binding()
@@ -66,14 +65,15 @@ def main(argv=None) -> int:
 
     compiled = load(binding.pipeline_path())
     params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params("plain"))
-    data = np.random.default_rng(1).integers(32, 127, size=9 * m2 + 1, dtype=np.uint8).tobytes()
+    data = np.random.default_rng(1).integers(32, 127, size=CHUNK * m2 + 1, dtype=np.uint8).tobytes()
 
     def t(n: int) -> float:
         return kernel_ms(compiled, params, data[:n], args.backend, args.team_warps, args.repeats)
 
-    times = {n: t(n) for n in (9 * m1, 9 * m1 + 1, 9 * m2, 9 * m2 + 1)}
-    pass9 = (times[9 * m2] - times[9 * m1]) / (m2 - m1)
-    pass1 = ((times[9 * m1 + 1] - times[9 * m1]) + (times[9 * m2 + 1] - times[9 * m2])) / 2
+    a, b = CHUNK * m1, CHUNK * m2
+    times = {n: t(n) for n in (a, a + 1, b, b + 1)}
+    pass9 = (times[b] - times[a]) / (m2 - m1)
+    pass1 = ((times[a + 1] - times[a]) + (times[b + 1] - times[b])) / 2
     out = {"backend": args.backend, "team_warps": args.team_warps, "repeats": args.repeats,
            "kernel_ms_by_prompt_bytes": times, "pass9_us": pass9 * 1e3, "pass1_us": pass1 * 1e3,
            "ratio": pass9 / pass1 if pass1 > 0 else None}

@@ -441,7 +441,7 @@ class CppEmitter:
         position = "xl_t0 + xl_g"
         iteration = f"(xl_t0 + xl_g) * {g.k} + xl_row"
 
-        def per_position(inner: str) -> list[str]:
+        def position_lets(inner: str) -> list[str]:
             return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = {iteration};"]
                     + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions])
 
@@ -472,7 +472,7 @@ class CppEmitter:
                 lines += [f"{pad}{IND}xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
                           f"{pad}{IND * 2}{pre}",
                           f"{pad}{IND}[&](int32_t xl_g, int32_t {j}, [[maybe_unused]] {wt} xl_w) -> {t} {{",
-                          *per_position(pad + IND * 2),
+                          *position_lets(pad + IND * 2),
                           f"{pad}{IND * 2}{value_err}return {value};",
                           f"{pad}{IND}}});",
                           f"{pad}}}"]
@@ -482,7 +482,7 @@ class CppEmitter:
             # (unrolled, so that the sums stay in registers: indexed by a variable they would not)
             lines.append(f"{pad}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{")
             lines.append(f"{pad}{IND}if (xl_g >= xl_n) break;")
-            lines += per_position(pad + IND)
+            lines += position_lets(pad + IND)
             lines.append(f"{pad}{IND}XlErr xl_e = {{0, 0, 0}};")
             lines.append(f"{pad}{IND}[&](XlErr& err) {{")
             lines += [f"{inner}[[maybe_unused]] {cpp_ops.value_type(r.type)} {names.cpp(r.name)} = xl_sums{k}[xl_g];"
