@@ -7,6 +7,7 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # (without SCHEDULE_FREE: what every schedule holds)
     GROUPED=1 python3 scripts/fuzz_many.py ...                 # only programs with a weight-once loop
                                                                # (backends/grouping.py: ~4% of them)
+    PROCS=1 python3 scripts/fuzz_many.py ...                   # only programs using procs (~22% of them)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
@@ -25,7 +26,7 @@ from multiprocessing import Pool
 
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1 skips."""
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1 or PROCS=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -34,6 +35,8 @@ def one(seed: int):
     os.environ["XLGEN_CACHE"] = cache  # one compiled program per seed: do not fill the user's cache
     case = generate(seed, schedule_free=os.environ.get("SCHEDULE_FREE") == "1")
     pools = " owned by " in case.source
+    if os.environ.get("PROCS") == "1" and "\nproc " not in case.source:
+        return seed, None, pools, False
     try:
         compiled = load_text(case.source, name="fuzz.xl")
         if os.environ.get("GROUPED") == "1" and "xl_lanes_grouped<" not in gpu.single_source(compiled):

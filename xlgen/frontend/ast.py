@@ -317,6 +317,17 @@ class FnDecl(Node):
 
 
 @dataclass(frozen=True)
+class ProcDecl(Node):
+    """`proc NAME(params) { body }`: a named piece of a per-request stage. A use of it is a
+    statement; the checker puts the body there with the arguments in place of the parameters."""
+
+    name: str
+    params: tuple[FnParam, ...]
+    body: tuple[Node, ...]
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
 class StageDecl(Node):
     kind: str  # "stage" (per request) | "arbiter" (serial, request-id order) | "collective" (all at once)
     name: str

@@ -55,7 +55,7 @@ _EXPR_START = {"INT", "FLOAT", "NAME", "LPAR", "UNARY_OP", "TRUE", "FALSE"}
 _OPERATORS = {"ADD_OP", "MUL_OP", "SHIFT_OP", "BAND_OP", "XOR_OP", "BOR_OP", "CMP_OP", "HAS", "AND_OP",
               "OR_OP", "QMARK", "AS"}
 _STMT_START = {"LET", "IF", "FOR", "LANES", "BREAK", "CONTINUE", "RETURN", "NAME"}
-_ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "STAGE",
+_ITEM_START = {"IMPORT", "CONST", "PARAM", "ENUM", "FLAGS", "REQUEST", "SHARED", "BUILTIN", "FN", "PROC", "STAGE",
                "ARBITER", "COLLECTIVE", "TRACE", "DONE", "TENSOR", "POOL", "OUTPUT", "PROGRESS", "METRIC",
                "COMPANION"}
 
@@ -320,12 +320,12 @@ def _end_loc(text: str, file: str) -> Loc:
 # rejects them as names too: the contextual lexer reads some of them as names in some places.
 KEYWORDS = {
     "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn",
-    "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in", "break",
-    "continue", "return", "as", "has", "true", "false", "lanes", "tensor", "pool", "owned", "by",
+    "proc", "stage", "arbiter", "collective", "when", "trace", "done", "let", "if", "elif", "else", "for", "in",
+    "break", "continue", "return", "as", "has", "true", "false", "lanes", "tensor", "pool", "owned", "by",
     "output", "progress", "metric", "companion",  # declarations for the tools
 }
-_ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "stage",
-                  "arbiter", "collective", "trace", "done", "pipeline", "tensor", "pool", "output", "progress",
+_ITEM_KEYWORDS = {"import", "const", "param", "enum", "flags", "request", "shared", "builtin", "fn", "proc",
+                  "stage", "arbiter", "collective", "trace", "done", "pipeline", "tensor", "pool", "output", "progress",
                   "metric", "companion"}
 
 
@@ -522,6 +522,15 @@ class _ToAst(Transformer):
             params, rest = rest[0], rest[1:]
         ret, body = rest
         node = A.FnDecl(str(name), params, ret, body.stmts, loc=_loc_of(self.file, name))
+        self._block_lines(node, meta, body)
+        return node
+
+    @v_args(meta=True)
+    def proc_decl(self, meta, children):
+        name = children[0]
+        params = children[1] if len(children) == 3 else ()
+        body = children[-1]
+        node = A.ProcDecl(str(name), params, body.stmts, loc=_loc_of(self.file, name))
         self._block_lines(node, meta, body)
         return node
 

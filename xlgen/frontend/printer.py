@@ -14,6 +14,7 @@ from . import ast as A
 from . import comments as C
 
 INDENT = "    "
+WIDTH = 100  # a proc's header or a call longer than this is wrapped
 # Binding strength of each binary operator, loosest first (as in grammar/xl.lark).
 _LEVELS = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "has"), ("|",), ("^",), ("&",),
            ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
@@ -96,6 +97,17 @@ class _Printer:
             self.line(0, f"fn {item.name}({_params(item.params)}) -> {_type(item.ret)} {{", key, separate=separate)
             self.block(item.body, 1)
             self.line(0, "}", C.close(item), closing=True)
+        elif isinstance(item, A.ProcDecl):
+            head = f"proc {item.name}({_params(item.params)}) {{"
+            if len(head) <= WIDTH:
+                self.line(0, head, key, separate=separate)
+            else:  # a parameter a line
+                self.line(0, f"proc {item.name}(", key, separate=separate)
+                self.out.extend(f"{INDENT}{p.name}: {_type(p.type)}," for p in item.params)
+                self.out.append(") {")
+                self.fresh = True
+            self.block(item.body, 1)
+            self.line(0, "}", C.close(item), closing=True)
         elif isinstance(item, A.StageDecl):
             guard = f" when {expr(item.guard)}" if item.guard is not None else ""
             self.line(0, f"{item.kind} {item.name}{guard} {{", key, separate=separate)
@@ -127,6 +139,16 @@ class _Printer:
             self.line(depth, f"{lanes}for {s.var} in {expr(s.start)}..{expr(s.stop)} {{", key)
             self.block(s.body, depth + 1)
             self.line(depth, "}", C.close(s), closing=True)
+        elif isinstance(s, A.CallStmt) and len(INDENT * depth + _simple_stmt(s)) > WIDTH:
+            # A long call (a proc's arguments): its arguments on lines of their own, packed.
+            self.line(depth, f"{s.call.func}(", key)
+            rows = [""]
+            for a in (expr(a) + "," for a in s.call.args):
+                if rows[-1] and len(INDENT * (depth + 1) + rows[-1] + " " + a) > WIDTH:
+                    rows.append("")
+                rows[-1] = f"{rows[-1]} {a}" if rows[-1] else a
+            self.out.extend(INDENT * (depth + 1) + r for r in rows)
+            self.out.append(INDENT * depth + ")")
         else:
             self.line(depth, _simple_stmt(s), key)
 

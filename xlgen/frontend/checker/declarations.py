@@ -7,6 +7,7 @@ from ...core import ir
 from ...core.diagnostics import Loc, did_you_mean
 from ...core.ir import BOOL, F32, I32
 from .rules import COLLECTIVE_TYPES, Context, Global, Local, MAX_CALL_DEPTH, MAX_DIMENSIONS, MAX_POOL_TOTAL_ELEMENTS, MAX_TENSOR_ELEMENTS, POOL_ELEMENTS, PRELUDE_NAME, _always_returns, _mentions_params, _names_in, _not_constant, _reserved
+from .procs import names_used
 
 
 class DeclarationRules:
@@ -45,6 +46,8 @@ class DeclarationRules:
                 add(item.name, "pool", item.loc, item)
             elif isinstance(item, A.FnDecl):
                 add(item.name, "function", item.loc, item)
+            elif isinstance(item, A.ProcDecl):
+                add(item.name, "proc", item.loc, item)
             elif isinstance(item, A.StageDecl):
                 add(item.name, "stage", item.loc, item)
 
@@ -328,6 +331,7 @@ class DeclarationRules:
             if guard is not None and guard.type != BOOL:
                 self.error(node.guard.loc, f"a stage guard must be bool, not {guard.type}")
         ctx = Context(node.kind)
+        ctx.taken = names_used(node.body)
         ctx.scopes.append({})
         body = self.block(node.body, ctx)
         self._pop_scope(ctx)

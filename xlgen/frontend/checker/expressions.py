@@ -387,6 +387,8 @@ class ExpressionRules:
             if g is None:
                 callables = [n for n, x in self.globals.items() if x.kind in ("function", "builtin")]
                 self.error(node.loc, f"unknown function '{name}'{did_you_mean(name, callables + list(INTRINSIC_ARITY))}")
+            elif g.kind == "proc":
+                self.error(node.loc, f"proc '{name}' has no value; use it as a statement: '{name}(...)'")
             else:
                 self.error(node.loc, f"{g.kind} '{name}' cannot be called")
             return None

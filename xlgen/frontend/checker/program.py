@@ -9,11 +9,12 @@ from ..check_tooling import check_tooling
 from .declarations import DeclarationRules
 from .expressions import ExpressionRules
 from .parallel import ParallelRules
+from .procs import ProcRules
 from .rules import Global
 from .statements import StatementRules
 
 
-class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
+class Checker(DeclarationRules, StatementRules, ParallelRules, ProcRules, ExpressionRules):
     """Checks modules into a typed IR program, collecting every error in `sink`."""
 
     def __init__(self, sink: DiagnosticSink, sources: dict[str, str], allow_library: bool = False):
@@ -34,9 +35,13 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
         self.call_graph: dict[str, set[str]] = {}
         self.used_globals: set[str] = set()
         self.rejected: set[str] = set()  # global names refused (reserved): their uses are not errors again
+        self.procs: dict = {}  # name -> ProcSig (procs.py)
+        self.used_procs: set[str] = set()
+        self.inline_stack: list[tuple[str, Loc]] = []  # the uses of procs whose bodies are being checked
+        self.proc_uses = 0
 
     def error(self, loc: Loc, message: str) -> None:
-        self.sink.error(loc, message)
+        self.sink.error(loc, message + self._in_proc_note() if self.inline_stack else message)
 
     def check(self, modules: list[A.Module]) -> ir.Program:
         main = modules[-1]
@@ -72,6 +77,8 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
                 self._tensor(item)
             elif isinstance(item, A.FnDecl):
                 self._fn_signature(item)
+            elif isinstance(item, A.ProcDecl):
+                self._proc_signature(item)
         for item in items:  # after every field: a pool names its owner, a shared field
             if isinstance(item, A.PoolDecl):
                 self._pool(item)
@@ -86,6 +93,7 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ExpressionRules):
             self.sink.warning(Loc(main.file, 1, 1), f"pipeline '{main.pipeline}' declares no stages")
         if main.pipeline is not None:  # without the whole pipeline, "never used" means nothing
             self._unused_warnings(items)
+            self._unused_procs(items)
         return ir.Program(
             name=main.pipeline or "pipeline",
             library=library,

@@ -119,6 +119,8 @@ class Context:
     shared_modes: dict[str, tuple[str, Loc]] = field(default_factory=dict)
     lanes: LanesScope | None = None  # inside a `lanes for` body
     reduction: str | None = None  # inside a reduction's element expression: its operation
+    loop_floor: int = 0  # the loop depth where a proc's body starts: its break cannot leave it
+    taken: set[str] = field(default_factory=set)  # in a stage: every name its code uses (procs.py)
 
     @property
     def lane_parallel(self) -> bool:

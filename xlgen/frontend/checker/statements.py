@@ -6,7 +6,7 @@ from .. import ast as A
 from ...core import ir
 from ...core.diagnostics import Loc, did_you_mean
 from ...core.ir import BOOL, I32
-from .rules import COLLECTIVE_TYPES, Context, Local, MAX_LOOP_TRIP, _reserved
+from .rules import COLLECTIVE_TYPES, Context, Local, MAX_LOOP_TRIP, _names_in, _reserved
 
 
 class StatementRules:
@@ -22,7 +22,9 @@ class StatementRules:
                 self.sink.warning(s.loc, f"unreachable code after '{ended}'")
                 ended = "warned"
             r = self.stmt(s, ctx)
-            if r is not None:
+            if isinstance(r, tuple):  # a proc's body (procs.py)
+                out.extend(r)
+            elif r is not None:
                 out.append(r)
             if ended is None and isinstance(s, (A.Return, A.Break, A.Continue)):
                 ended = {A.Return: "return", A.Break: "break", A.Continue: "continue"}[type(s)]
@@ -217,8 +219,8 @@ class StatementRules:
         return ir.If(tuple(arms), otherwise, s.loc) if arms else None
 
     def stmt_For(self, s: A.For, ctx: Context):
-        start = self._const_int(s.start, "a loop's start")
-        stop = self._const_int(s.stop, "a loop's bound")
+        start = self._loop_bound(s.start, "a loop's start", ctx)
+        stop = self._loop_bound(s.stop, "a loop's bound", ctx)
         ok = self._check_local_name(s.var, s.loc, ctx)
         if start is not None and stop is not None and stop - start > MAX_LOOP_TRIP:
             self.error(s.stop.loc, f"loop runs {stop - start} times; the limit is {MAX_LOOP_TRIP}")
@@ -235,9 +237,19 @@ class StatementRules:
             return None
         return ir.For(s.var, start, stop, body, s.loc)
 
+    def _loop_bound(self, node: A.Node, what: str, ctx: Context) -> int | None:
+        """A `for` loop's start or bound: a constant (a local there is named as the reason)."""
+        local = next((name for name in sorted(_names_in(node)) if ctx.lookup(name) is not None), None)
+        if local is None:
+            return self._const_int(node, what)
+        ctx.lookup(local).used = True
+        self.error(node.loc, f"{what} must be a constant, and '{local}' is a local (loop to a constant "
+                             f"and 'break', or use 'lanes for', whose bounds may be any value)")
+        return None
+
     def stmt_Break(self, s: A.Break, ctx: Context):
-        if ctx.loop_depth == 0:
-            self.error(s.loc, "'break' outside a loop")
+        if ctx.loop_depth == ctx.loop_floor:
+            self.error(s.loc, "'break' outside a loop" + (" of the proc" if ctx.loop_floor else ""))
             return None
         if ctx.lanes is not None and ctx.loop_depth == ctx.lanes.loop_depth:
             self.error(s.loc, "'break' cannot leave a lanes loop (its iterations are independent)")
@@ -245,8 +257,8 @@ class StatementRules:
         return ir.Break(s.loc)
 
     def stmt_Continue(self, s: A.Continue, ctx: Context):
-        if ctx.loop_depth == 0:
-            self.error(s.loc, "'continue' outside a loop")
+        if ctx.loop_depth == ctx.loop_floor:
+            self.error(s.loc, "'continue' outside a loop" + (" of the proc" if ctx.loop_floor else ""))
             return None
         if ctx.lanes is not None and ctx.loop_depth == ctx.lanes.loop_depth:
             self.error(s.loc, "'continue' in a lanes loop: an iteration ends at its closing brace (use 'if')")
@@ -268,6 +280,8 @@ class StatementRules:
         return ir.Return(value, s.loc)
 
     def stmt_CallStmt(self, s: A.CallStmt, ctx: Context):
+        if s.call.func in self.procs or (s.call.func in self.globals and self.globals[s.call.func].kind == "proc"):
+            return self._use_proc(s.call, ctx)
         call = self.expr(s.call, ctx)
         if call is None:
             return None

@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 from .expressions import ExpressionGen
 from .model import Arr, Helper, NASTY_NAMES, SCALARS, Sym, _NOT_NAMES
+from .procs import ProcGen
 from .program import ProgramGen
 from .statements import StatementGen
 
 
-class Generator(ExpressionGen, StatementGen, ProgramGen):
+class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
     """One seed's program and launches."""
 
     def __init__(self, seed: int, nasty_names: bool = True, schedule_free: bool = False):
@@ -39,6 +40,10 @@ class Generator(ExpressionGen, StatementGen, ProgramGen):
         self.count_field = ""
         self.lines: list[str] = []
         self.derived: list[str] = []  # names of generated-code functions of this program (fn_h1, stage_s2, ...)
+        # procs (procs.py): how often a stage statement is a new proc's use (0 in most programs)
+        self.proc_rate = 0.06 if random.Random(f"procs {seed}").random() < 0.3 else 0.0
+        self.proc_nesting = 0
+        self.proc_lines: list[str] = []
 
     def chance(self, p: float) -> bool:
         return self.rng.random() < p

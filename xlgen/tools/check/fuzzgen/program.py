@@ -227,6 +227,7 @@ class ProgramGen:
         for i, (kind, name) in enumerate(zip(kinds, stages)):
             L.append("")
             L += self.page_manager(name) if kind == "pages" else self.stage(name, kind, first=(i == 0))
+        L += self.proc_lines
         L.append("")
         names = [f.name for f in self.fields]
         for name in stages:

@@ -52,6 +52,8 @@ class StatementGen:
     def stmt(self, ctx: Ctx, depth: int, ind: int) -> list[str]:
         pad = "    " * ind
         d = self.rng.randrange(1, 4)
+        if self.wants_proc(ctx, depth):
+            return self.proc_use(ctx, ind)
         if ctx.kind == "stage" and not ctx.reduction and depth > 0 and self.chance(0.12):
             if ctx.lanes is not None:  # a reduction in an iteration: the warp runs such iterations in turn
                 return self.reduction(ctx, ind)

@@ -1,0 +1,201 @@
+"""Procs (docs/language.md, `proc`): a use means the body written in its place.
+
+The checks: a pipeline using procs computes, in the simulator and the CPU build, exactly
+what the same pipeline with the bodies pasted in by hand computes (records and final
+state, bit for bit); the checker's hygiene (renamed locals, constant arguments, nested
+procs); the real pair's forward pass written once (stages/byte_pass.xl); and the fuzzer
+generating procs whose uses rename, nest and pass arrays, tensors and pools.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xlgen.backends.build import load_text
+from xlgen.runtime import cpu, sim
+from xlgen.tools.check.diff import compare
+
+# Two procs, one using the other; the stage's locals `i` and `t` are also the body's, and
+# the constant argument N is a loop bound in the body.
+WITH_PROCS = """
+pipeline p
+const N: i32 = 8
+tensor w: f32[N, N]
+pool kv: f32[4, N] owned by owner
+request {
+    a: i32[N]
+    b: i32[N]
+    x: f32[N]
+    y: f32[N]
+    steps: i32 = 0
+}
+shared {
+    owner: i32[4] = -1
+}
+proc fill(dst: i32[], base: i32, n: i32) {
+    lanes for i in 0..n {
+        dst[i] = base * i + req_id
+    }
+}
+proc mix(dst: f32[], src: f32[], ints: i32[], m: tensor, cache: pool, n: i32, page: i32) {
+    for t in 0..n {
+        lanes for i in 0..n {
+            let d = sum(j in 0..n: m[i, j] * src[j])
+            dst[i] = d + ints[i] as f32
+        }
+        if t == 2 {
+            break
+        }
+    }
+    lanes for i in 0..n {
+        cache[page, i] = dst[i]
+    }
+    fill(ints, page, 3)
+}
+stage s {
+    let t = steps + 1
+    let page = req_id % 4
+    for i in 0..2 {
+        fill(a, t, N)
+        fill(b, i, 4)
+    }
+    if owner[page] == req_id {
+        mix(y, x, a, w, kv, N, page)
+    }
+    steps = t
+}
+arbiter grant when owner[req_id % 4] < 0 {
+    owner[req_id % 4] = req_id
+}
+done when steps == 3
+"""
+
+# The same pipeline with every use replaced by its body by hand: the arguments in place of
+# the parameters, and the body's locals renamed where the stage has the name.
+INLINE = """
+pipeline p
+const N: i32 = 8
+tensor w: f32[N, N]
+pool kv: f32[4, N] owned by owner
+request {
+    a: i32[N]
+    b: i32[N]
+    x: f32[N]
+    y: f32[N]
+    steps: i32 = 0
+}
+shared {
+    owner: i32[4] = -1
+}
+stage s {
+    let t = steps + 1
+    let page = req_id % 4
+    for i in 0..2 {
+        lanes for i_2 in 0..N {
+            a[i_2] = t * i_2 + req_id
+        }
+        lanes for i_3 in 0..4 {
+            b[i_3] = i * i_3 + req_id
+        }
+    }
+    if owner[page] == req_id {
+        for t_2 in 0..N {
+            lanes for i_4 in 0..N {
+                let d = sum(j in 0..N: w[i_4, j] * x[j])
+                y[i_4] = d + a[i_4] as f32
+            }
+            if t_2 == 2 {
+                break
+            }
+        }
+        lanes for i_4 in 0..N {
+            kv[page, i_4] = y[i_4]
+        }
+        lanes for i_5 in 0..3 {
+            a[i_5] = page * i_5 + req_id
+        }
+    }
+    steps = t
+}
+arbiter grant when owner[req_id % 4] < 0 {
+    owner[req_id % 4] = req_id
+}
+done when steps == 3
+"""
+
+
+def _launch():
+    rng = np.random.default_rng(7)
+    params = {"w": rng.standard_normal((8, 8)).astype(np.float32)}
+    inputs = [{"x": [float(v) for v in rng.standard_normal(8).astype(np.float32)]} for _ in range(6)]
+    return params, inputs, sim.LaunchConfig(max_active=4, max_rounds=20)
+
+
+def test_a_use_is_its_body_in_place():
+    with_procs, inline = load_text(WITH_PROCS, name="p.xl"), load_text(INLINE, name="p.xl")
+    params, inputs, config = _launch()
+    ran = {}
+    for name, compiled in (("procs", with_procs), ("inline", inline)):
+        ran[name, "sim"] = sim.run(compiled.sim_module(), params, inputs, config)
+        ran[name, "cpu"] = cpu.run(compiled, params, inputs, config)
+    reference = ran["inline", "sim"]
+    assert len(reference.records) > 0 and reference.pools["kv"].any()  # the launch does something
+    for key, result in ran.items():
+        assert compare(inline.program, reference, result) is None, key
+
+
+def test_the_body_locals_are_renamed_apart_from_the_stage():
+    compiled = load_text(WITH_PROCS, name="p.xl")
+    source = compiled.files[f"{compiled.name}_sim.py"]
+    # the stage's `i` and `t` keep their names; the bodies' copies take fresh ones
+    for fresh in ("i_2", "i_3", "t_2", "i_4", "i_5"):
+        assert f"for {fresh} in" in source or f"{fresh} = xl_L.index" in source, fresh
+
+
+def test_a_constant_argument_is_a_constant_in_the_body():
+    bad = WITH_PROCS.replace("mix(y, x, a, w, kv, N, page)", "mix(y, x, a, w, kv, page, page)")
+    with pytest.raises(Exception) as info:
+        load_text(bad, name="p.xl")
+    text = info.value.render()
+    assert "a loop's bound" in text and "(in proc 'mix' used at p.xl:" in text
+
+
+def test_the_real_pair_runs_one_forward_pass_for_both_models():
+    """stages/byte_pass.xl holds the pass; the two stages use it with their model's weights."""
+    from pathlib import Path
+
+    stages = Path(__file__).resolve().parent.parent / "stages"
+    for stage_file, prefix in (("byte_target.xl", "target_"), ("byte_draft.xl", "draft_")):
+        text = (stages / stage_file).read_text()
+        assert "forward(" in text and "predict(" in text and "sum(" not in text.split("forward(")[1].split(")")[0]
+        assert f"{prefix}wq" in text and "lanes for e in" not in text  # no copy of the pass left
+    pass_text = (stages / "byte_pass.xl").read_text()
+    assert pass_text.count("proc ") == 2 and "target_" not in pass_text.split("proc forward")[1]
+
+
+def test_the_fuzzer_generates_procs_that_check():
+    from xlgen.frontend.checker import procs
+    from xlgen.tools.check.fuzzgen import generate
+
+    seen = {"programs": 0, "uses": 0, "renamed": 0, "nested": 0, "arrays": 0, "tensors or pools": 0}
+    original = procs.ProcRules._proc_names
+
+    def counting(self, sig, renames, ctx):
+        ok = original(self, sig, renames, ctx)
+        kinds = {p.kind for p in sig.params}
+        seen["uses"] += 1
+        seen["nested"] += bool(self.inline_stack)
+        seen["renamed"] += any(local not in {p.name for p in sig.params} for local in renames)
+        seen["arrays"] += "array" in kinds
+        seen["tensors or pools"] += bool(kinds & {"tensor", "pool"})
+        return ok
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(procs.ProcRules, "_proc_names", counting)
+        for seed in range(120):
+            case = generate(seed)
+            if "\nproc " in case.source:
+                seen["programs"] += 1
+                load_text(case.source, name="fuzz.xl")  # a CompileError here is a generator bug
+    assert seen["programs"] >= 15 and all(seen.values()), seen
