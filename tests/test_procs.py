@@ -16,9 +16,8 @@ from xlgen.backends.build import load_text
 from xlgen.runtime import cpu, sim
 from xlgen.tools.check.diff import compare
 
-# Two procs, one using the other; the stage's locals `i` and `t` are also the body's, and
-# the constant argument N is a loop bound in the body.
-WITH_PROCS = """
+# What both versions of the pipeline declare, and their arbiter granting pool pages.
+DECLARATIONS = """
 pipeline p
 const N: i32 = 8
 tensor w: f32[N, N]
@@ -33,7 +32,16 @@ request {
 shared {
     owner: i32[4] = -1
 }
-proc fill(dst: i32[], base: i32, n: i32) {
+"""
+ARBITER = """arbiter grant when owner[req_id % 4] < 0 {
+    owner[req_id % 4] = req_id
+}
+done when steps == 3
+"""
+
+# Two procs, one using the other; the stage's locals `i` and `t` are also the body's, and
+# the constant argument N is a loop bound in the body.
+WITH_PROCS = DECLARATIONS + """proc fill(dst: i32[], base: i32, n: i32) {
     lanes for i in 0..n {
         dst[i] = base * i + req_id
     }
@@ -65,30 +73,11 @@ stage s {
     }
     steps = t
 }
-arbiter grant when owner[req_id % 4] < 0 {
-    owner[req_id % 4] = req_id
-}
-done when steps == 3
-"""
+""" + ARBITER
 
 # The same pipeline with every use replaced by its body by hand: the arguments in place of
 # the parameters, and the body's locals renamed where the stage has the name.
-INLINE = """
-pipeline p
-const N: i32 = 8
-tensor w: f32[N, N]
-pool kv: f32[4, N] owned by owner
-request {
-    a: i32[N]
-    b: i32[N]
-    x: f32[N]
-    y: f32[N]
-    steps: i32 = 0
-}
-shared {
-    owner: i32[4] = -1
-}
-stage s {
+INLINE = DECLARATIONS + """stage s {
     let t = steps + 1
     let page = req_id % 4
     for i in 0..2 {
@@ -118,11 +107,7 @@ stage s {
     }
     steps = t
 }
-arbiter grant when owner[req_id % 4] < 0 {
-    owner[req_id % 4] = req_id
-}
-done when steps == 3
-"""
+""" + ARBITER
 
 
 def _launch():

@@ -143,7 +143,6 @@ class ProcRules:
         """The statements of a use of a proc, checked in place (None where it is rejected)."""
         name = call.func
         sig = self.procs.get(name)
-        self.used_procs.add(name)
         if sig is None:  # its declaration was rejected, with an error
             return None
         if ctx.kind != "stage":
@@ -289,11 +288,20 @@ class ProcRules:
         return name in self.globals or name in self.members or name == "req_id" or name in self.rejected
 
     def _unused_procs(self, items) -> None:
+        """Warns of procs no stage or proc uses (whether or not their uses were checked)."""
+        bodies = tuple(item.body for item in items if isinstance(item, (A.StageDecl, A.ProcDecl)))
+        used = {n.call.func for n in walk(bodies) if isinstance(n, A.CallStmt)}
         for item in items:
-            if isinstance(item, A.ProcDecl) and item.name not in self.used_procs:
+            if isinstance(item, A.ProcDecl) and item.name not in used:
                 self.sink.warning(item.loc, f"proc '{item.name}' is never used (its body is checked where it "
                                             "is used)")
 
-    def _in_proc_note(self) -> str:
-        """Where an error in a proc's body comes from: the uses that put it there, innermost first."""
-        return "".join(f" (in proc '{name}' used at {loc})" for name, loc in reversed(self.inline_stack))
+    def _in_proc_error(self, loc: Loc, message: str) -> None:
+        """An error in a proc's body, said once (not again at each use that repeats it), with the
+        uses that put the body there, innermost first (the first three)."""
+        if (loc, message) in self.said_in_procs:
+            return
+        self.said_in_procs.add((loc, message))
+        uses = [f" (in proc '{name}' used at {at})" for name, at in reversed(self.inline_stack)]
+        more = f" (and {len(uses) - 3} more uses around them)" if len(uses) > 3 else ""
+        self.sink.error(loc, message + "".join(uses[:3]) + more)

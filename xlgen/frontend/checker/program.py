@@ -36,12 +36,15 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ProcRules, Expres
         self.used_globals: set[str] = set()
         self.rejected: set[str] = set()  # global names refused (reserved): their uses are not errors again
         self.procs: dict = {}  # name -> ProcSig (procs.py)
-        self.used_procs: set[str] = set()
+        self.said_in_procs: set = set()  # (loc, message) of errors in procs' bodies, said once
         self.inline_stack: list[tuple[str, Loc]] = []  # the uses of procs whose bodies are being checked
         self.proc_uses = 0
 
     def error(self, loc: Loc, message: str) -> None:
-        self.sink.error(loc, message + self._in_proc_note() if self.inline_stack else message)
+        if self.inline_stack:
+            self._in_proc_error(loc, message)
+        else:
+            self.sink.error(loc, message)
 
     def check(self, modules: list[A.Module]) -> ir.Program:
         main = modules[-1]
