@@ -98,12 +98,15 @@ def _rewrite(node, renames: dict[str, str], values: dict[str, A.Node]):
     return dataclasses.replace(node, **changes) if changes else node
 
 
-def _as_written(d: Diagnostic, renames: dict[str, str], sig: ProcSig) -> Diagnostic:
-    """`d` with the body's renamed locals called by the names the proc gives them."""
-    message = d.message
-    for local, fresh in renames.items():
-        if local not in (p.name for p in sig.params):
-            message = message.replace(f"'{fresh}'", f"'{local}'")
+def _renamed_back(message: str, written: dict[str, str]) -> str:
+    """`message` calling the body's renamed locals by the names the proc gives them."""
+    for fresh, local in written.items():
+        message = message.replace(f"'{fresh}'", f"'{local}'")
+    return message
+
+
+def _as_written(d: Diagnostic, written: dict[str, str]) -> Diagnostic:
+    message = _renamed_back(d.message, written)
     return dataclasses.replace(d, message=message) if message != d.message else d
 
 
@@ -118,11 +121,13 @@ class ProcRules:
     """The Checker's rules for procs (a mixin of Checker, program.py)."""
 
     def _proc_signature(self, node: A.ProcDecl) -> None:
+        """Its parameters; a proc whose parameters are in error is not checked where it is used."""
         params = []
         seen = set()
         for p in node.params:
             if p.name in seen:
                 self.error(p.loc, f"duplicate parameter '{p.name}'")
+                params.append(None)
                 continue
             seen.add(p.name)
             self._check_local_name(p.name, p.loc)
@@ -132,12 +137,13 @@ class ProcRules:
             elif ref.length is not None:
                 self.error(ref.loc, f"a proc's array parameter is written '{ref.name}[]': it names an array "
                                     "field of any length")
+                params.append(None)
             elif ref.open_array:
                 elem = self._resolve_type(A.TypeRef(ref.name, loc=ref.loc), allow_array=False)
                 params.append(ProcParam(p.name, "array", elem, p.loc))
             else:
                 params.append(ProcParam(p.name, "value", self._resolve_type(ref, allow_array=False), p.loc))
-        self.procs[node.name] = ProcSig(node, tuple(params))
+        self.procs[node.name] = ProcSig(node, tuple(params)) if None not in params else None
 
     def _use_proc(self, call: A.Call, ctx: Context):
         """The statements of a use of a proc, checked in place (None where it is rejected)."""
@@ -151,7 +157,7 @@ class ProcRules:
             self.error(call.loc, f"proc '{name}' cannot be used in {where}: a proc is a piece of a per-request "
                                  "stage (use it in a stage, or in another proc)")
             return None
-        chain = [n for n, _ in self.inline_stack]
+        chain = [n for n, _, _ in self.inline_stack]
         if name in chain:
             cycle = chain[chain.index(name):] + [name]
             self.error(call.loc, "a proc cannot use itself: " + " -> ".join(cycle))
@@ -178,16 +184,17 @@ class ProcRules:
         if not ok or not self._proc_names(sig, renames, ctx):
             return None
         body = _rewrite(sig.node.body, renames, values)
-        self.inline_stack.append((name, call.loc))
+        written = {fresh: local for local, fresh in renames.items() if local not in {p.name for p in sig.params}}
+        self.inline_stack.append((name, call.loc, written))
         floor, ctx.loop_floor = ctx.loop_floor, ctx.loop_depth
         before = {(d.severity, d.loc, d.message) for d in self.sink.items}
         count = len(self.sink.items)
         out = self.block(body, ctx, new_scope=True)
         ctx.loop_floor = floor
         self.inline_stack.pop()
-        # Messages name the body's locals as written, and a warning about the body (an unused
-        # local, say) is said once, not at every use.
-        said = [_as_written(d, renames, sig) for d in self.sink.items[count:]]
+        # A warning about the body (an unused local, say) is said once, with the local's name as
+        # written, not at every use (errors: _in_proc_error).
+        said = [_as_written(d, written) if d.severity != "error" else d for d in self.sink.items[count:]]
         self.sink.items[count:] = [d for d in said
                                    if d.severity == "error" or (d.severity, d.loc, d.message) not in before]
         return out
@@ -299,9 +306,11 @@ class ProcRules:
     def _in_proc_error(self, loc: Loc, message: str) -> None:
         """An error in a proc's body, said once (not again at each use that repeats it), with the
         uses that put the body there, innermost first (the first three)."""
+        for _, _, written in reversed(self.inline_stack):
+            message = _renamed_back(message, written)
         if (loc, message) in self.said_in_procs:
             return
         self.said_in_procs.add((loc, message))
-        uses = [f" (in proc '{name}' used at {at})" for name, at in reversed(self.inline_stack)]
+        uses = [f" (in proc '{name}' used at {at})" for name, at, _ in reversed(self.inline_stack)]
         more = f" (and {len(uses) - 3} more uses around them)" if len(uses) > 3 else ""
         self.sink.error(loc, message + "".join(uses[:3]) + more)

@@ -37,7 +37,8 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ProcRules, Expres
         self.rejected: set[str] = set()  # global names refused (reserved): their uses are not errors again
         self.procs: dict = {}  # name -> ProcSig (procs.py)
         self.said_in_procs: set = set()  # (loc, message) of errors in procs' bodies, said once
-        self.inline_stack: list[tuple[str, Loc]] = []  # the uses of procs whose bodies are being checked
+        # The uses of procs whose bodies are being checked: (proc, where, its locals' fresh names -> written)
+        self.inline_stack: list[tuple[str, Loc, dict]] = []
         self.proc_uses = 0
 
     def error(self, loc: Loc, message: str) -> None:
