@@ -184,3 +184,23 @@ def test_the_fuzzer_generates_procs_that_check():
                 seen["programs"] += 1
                 load_text(case.source, name="fuzz.xl")  # a CompileError here is a generator bug
     assert seen["programs"] >= 15 and all(seen.values()), seen
+
+
+def test_a_runtime_error_in_an_imported_proc_names_its_file(tmp_path):
+    """An error record keeps the line only; the message and the JSON name the proc's file."""
+    from xlgen.backends.build import load
+    from xlgen.tools.check.diff import describe_record, line_file
+
+    (tmp_path / "state.xl").write_text("request {\n    slots: i32[4]\n    k: i32 = 0\n    at: i32 = 0\n}\n")
+    (tmp_path / "lib.xl").write_text('import "state.xl"\n\nproc poke(dst: i32[], i: i32) {\n    dst[i] = 1\n}\n')
+    (tmp_path / "main.xl").write_text('pipeline lt\nimport "state.xl"\nimport "lib.xl"\n\nstage s {\n'
+                                      "    let i = at\n    poke(slots, i)\n    k = 1\n}\ndone when k == 1\n")
+    compiled = load(tmp_path / "main.xl")
+    for result in (sim.run(compiled.sim_module(), {}, [{"at": 1}, {"at": 7}]),
+                   cpu.run(compiled, {}, [{"at": 1}, {"at": 7}])):
+        errors = [rec for rec in result.records if "runtime error" in describe_record(compiled.program, rec)]
+        assert len(errors) == 1
+        text = describe_record(compiled.program, errors[0])
+        assert text.endswith("runtime error in stage s (line 4 of " + str(tmp_path / "lib.xl") + "): "
+                             "index 7 out of range for 'slots' (length 4)"), text
+    assert line_file(compiled.program, 0, 7) == str(tmp_path / "main.xl")  # the use's own line

@@ -126,7 +126,7 @@ def test_sim_json_holds_every_result_at_full_precision(work):
     assert run["requests"][0]["error"] is None and run["requests"][0]["ended_round"] == 2
     assert run["requests"][2]["error"] == {
         "message": "request 2 round 3: runtime error in stage step (line 26): index 9 out of range for 'arr' (length 4)",
-        "code": 2, "name": "index out of range", "line": 26, "stage": "step",
+        "code": 2, "name": "index out of range", "line": 26, "file": "j.xl", "stage": "step",
         "subject": {"kind": "request", "name": "arr"}, "position": 0, "value": 9, "bound": 4}
     assert "NaN" not in re.sub(r'"NaN"', "", text) and "Infinity" not in re.sub(r'"-?Infinity"', "", text)
     assert results.load(work / "out.json") == doc

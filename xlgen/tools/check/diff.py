@@ -117,11 +117,48 @@ def describe_record(program: ir.Program, rec: np.ndarray) -> str:
             return (f"request {req} stopped by the max_iterations watchdog: unfinished after {rnd} rounds "
                     "(launch max_rounds)")
         where = "'done when'" if stage == NO_STAGE else f"stage {program.stages[stage].name}"
-        return f"request {req} round {rnd}: runtime error in {where} (line {line}): " \
+        return f"request {req} round {rnd}: runtime error in {where} ({line_site(program, stage, line)}): " \
                f"{explain_error(program, rec[REC_HEADER:])}"
     fields = _trace_fields(program, kind)
     values = ", ".join(f"{label}={show_word(int(w), t)}" for (label, t), w in zip(fields, rec[REC_HEADER:]))
     return f"request {req} round {rnd} stage {program.stages[stage].name}: {values}"
+
+
+def line_file(program: ir.Program, stage: int, line: int) -> str:
+    """The file of line `line` of a runtime error in `stage` (NO_STAGE: 'done when'). An error
+    record keeps the line only: this is the stage's own file, unless only code of another file
+    that the stage runs is on that line (a proc's body or a function, imported)."""
+    in_stage = stage != NO_STAGE and stage < len(program.stages)
+    code = (program.stages[stage].guard, program.stages[stage].body) if in_stage else (program.done,)
+    own = program.stages[stage].loc.file if in_stage else program.main_file
+    files = {loc.file for loc in _locs(code, {f.name: f for f in program.functions}) if loc.line == line}
+    return own if not files or own in files else " or ".join(sorted(files))
+
+
+def line_site(program: ir.Program, stage: int, line: int) -> str:
+    """`line N`, or `line N of FILE` where the line is in another file than the stage's (line_file)."""
+    file = line_file(program, stage, line)
+    own = program.stages[stage].loc.file if stage != NO_STAGE and stage < len(program.stages) else program.main_file
+    return f"line {line}" if file == own else f"line {line} of {file}"
+
+
+def _locs(code, functions: dict):
+    """The locations of every IR node under `code`, and of the functions it calls (each once)."""
+    stack, seen = [code], set()
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (tuple, list)):
+            stack.extend(n)
+            continue
+        if not hasattr(n, "__dataclass_fields__"):
+            continue
+        loc = getattr(n, "loc", None)
+        if loc is not None:
+            yield loc
+        if isinstance(n, ir.Call) and not n.builtin and n.func in functions and n.func not in seen:
+            seen.add(n.func)
+            stack.append(functions[n.func].body)
+        stack.extend(getattr(n, f) for f in n.__dataclass_fields__ if f not in ("loc", "type"))
 
 
 def _stage_line(program: ir.Program, stage: int) -> str:

@@ -111,7 +111,7 @@ def request_entries(program, result) -> list[dict]:
     from ...core import ir
     from ...semantics.ops import ERR_WATCHDOG, ERROR_NAMES
     from ...runtime.sim import KIND_DONE, KIND_ERROR, NO_STAGE
-    from ..check.diff import describe_record, error_fields
+    from ..check.diff import describe_record, error_fields, line_file
 
     table = result.record_table
     n = len(result.requests)
@@ -139,6 +139,7 @@ def request_entries(program, result) -> list[dict]:
             entry["error"] = {"message": describe_record(program, result.records[row]), "code": code,
                               "name": ERROR_NAMES.get(code, f"error {code}"),
                               "line": line if code != ERR_WATCHDOG else None,
+                              "file": line_file(program, stage, line) if code != ERR_WATCHDOG else None,
                               "stage": program.stages[stage].name if in_stage else None,
                               **{key: what[key] for key in ("subject", "position", "value", "bound")}}
         entry["fields"] = {f.name: _field_value(f.type, result.requests[f.name][i]) for f in scalars}
