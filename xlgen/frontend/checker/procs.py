@@ -249,16 +249,35 @@ class ProcRules:
         return True
 
     def _proc_names(self, sig: ProcSig, renames: dict[str, str], ctx: Context) -> bool:
-        """Checks what the body's names refer to, and gives its locals fresh names where the stage
-        already uses theirs (added to `renames`)."""
-        node, ok = sig.node, True
+        """Checks what the body's names refer to (at its first use: the answer is the same at every
+        use), and gives its locals fresh names where the stage already uses theirs (added to
+        `renames`)."""
+        node = sig.node
         params = {p.name: p for p in sig.params}
         declared = {}
         for n in walk(node.body):
             field = DECL_FIELDS.get(type(n))
             if field is not None:
+                declared.setdefault(getattr(n, field), n.loc)
+        if node.name not in self.proc_names_ok:
+            self.proc_names_ok[node.name] = self._proc_body_names(node, params, declared, ctx)
+        for local in sorted(declared):
+            if local in params or self._global_name(local):
+                continue  # an error (a parameter, below; a global, where it is declared)
+            fresh, k = local, 2
+            while fresh in ctx.taken or (fresh != local and fresh in declared) or self._global_name(fresh):
+                fresh, k = f"{local}_{k}", k + 1
+            ctx.taken.add(fresh)
+            if fresh != local:
+                renames[local] = fresh
+        return self.proc_names_ok[node.name]
+
+    def _proc_body_names(self, node: A.ProcDecl, params: dict, declared: dict, ctx: Context) -> bool:
+        ok = True
+        for n in walk(node.body):
+            field = DECL_FIELDS.get(type(n))
+            if field is not None:
                 local = getattr(n, field)
-                declared.setdefault(local, n.loc)
                 if local in params:
                     self.error(n.loc, f"'{local}' is already defined (a parameter of proc '{node.name}', at "
                                       f"{params[local].loc})")
@@ -280,15 +299,6 @@ class ProcRules:
                     why = did_you_mean(used, list(params) + list(declared) + list(self.globals))
                 self.error(n.loc, f"unknown name '{used}' in proc '{node.name}'{why}")
                 ok = False
-        for local in sorted(declared):
-            if local in params or self._global_name(local):
-                continue  # an error (a parameter, above; a global, where it is declared)
-            fresh, k = local, 2
-            while fresh in ctx.taken or (fresh != local and fresh in declared) or self._global_name(fresh):
-                fresh, k = f"{local}_{k}", k + 1
-            ctx.taken.add(fresh)
-            if fresh != local:
-                renames[local] = fresh
         return ok
 
     def _global_name(self, name: str) -> bool:

@@ -37,6 +37,7 @@ class Checker(DeclarationRules, StatementRules, ParallelRules, ProcRules, Expres
         self.rejected: set[str] = set()  # global names refused (reserved): their uses are not errors again
         self.procs: dict = {}  # name -> ProcSig (procs.py)
         self.said_in_procs: set = set()  # (loc, message) of errors in procs' bodies, said once
+        self.proc_names_ok: dict[str, bool] = {}  # proc -> whether its body's names are all known (procs.py)
         # The uses of procs whose bodies are being checked: (proc, where, its locals' fresh names -> written)
         self.inline_stack: list[tuple[str, Loc, dict]] = []
         self.proc_uses = 0
