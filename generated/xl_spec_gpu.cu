@@ -619,6 +619,28 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     }
 }
 
+extern "C" __global__ void xl_step_kv_plan(XL_STEP_PARAMS) {  // stages/kv.xl:62
+    extern __shared__ uint32_t xl_smem[];
+    const int lane = (int)(threadIdx.x & 31u);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
+    const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
+    uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
+    const Params p = *params;
+    XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
+    const int32_t n_active = ctl->n_active;
+    const int32_t round = ctl->round;
+    const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
+    for (int32_t i = gwarp; i < n_active; i += nwarps) {
+        if (!keep[i]) continue;  // failed in an earlier stage this round
+        const int32_t id = active[i];
+        Request& r = xl_take_request(reqs, id, slot, lane);
+        const bool alive = run_stage<Stage_kv_plan>(r, *sh, p, id, round, sink, lane == 0);
+        xl_put_request(reqs, id, slot, lane);
+        if (!alive && lane == 0) keep[i] = 0;
+    }
+}
+
 extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {  // phase 2, one block
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const Params p = *params;

@@ -211,8 +211,17 @@ struct Request {
     int32_t kv_snap_draft;
     int32_t kv_snap_free;
     int32_t kv_snap_used;
+    int32_t kv_cp;
+    int32_t kv_tp;
+    int32_t kv_committed_tok;
+    int32_t kv_missing_committed;
+    int32_t kv_need;
+    int32_t kv_drafts;
+    int32_t kv_drafts_above_tp;
+    int32_t kv_convert_lo;
+    int32_t kv_convert_hi;
 };
-static_assert(sizeof(Request) == 1323 * 4, "Request layout must match xlgen/backends/layout.py");
+static_assert(sizeof(Request) == 1332 * 4, "Request layout must match xlgen/backends/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -243,7 +252,7 @@ static_assert(sizeof(Shared) == 114703 * 4, "Shared layout must match xlgen/back
 constexpr int32_t XL_SHARED_WORDS = 114703;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 34;
+constexpr int XL_FRAME_WORDS = 33;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -501,7 +510,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:318
+// stages/kv.xl:348
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -663,7 +672,123 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
-// stages/kv.xl:57: collective kv_manage
+// stages/kv.xl:62: stage kv_plan
+XL_DEVICE bool guard_kv_plan(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    return p.kv_cache;
+}
+
+XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+    XlErr err = {0, 0, 0};
+    [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
+    [[maybe_unused]] int32_t pool_size = xl_clamp(p.pool_pages, 1, MAX_PAGES);
+    if (r.kv_prev_tick < 0) {
+        XL_WARP_STORE(r.kv_forced_pressure, xl_has(r.req_flags, ReqFlag::KV_PRESSURE));
+    }
+    [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool_size))));
+    XL_WARP_STORE(r.req_flags, (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : xl_band(r.req_flags, 6u)));
+    [[maybe_unused]] int32_t committed_tok = 0;
+    [[maybe_unused]] int32_t total_tok = 0;
+    if (xl_eq(r.state, ReqState::PREFILL_READY)) {
+        [[maybe_unused]] int32_t block = (fn_batch_decides(err, 1, p) ? fn_batch_block_bound(err, 2, p, pressured) : fn_next_block_size(err, 3, p, r.ema_acceptance_rate, pressured, r.plain_steps));
+        if (xl_failed(err)) return err;
+        [[maybe_unused]] int32_t first = xl_min(block, xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+        total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
+    } else if (xl_ne(r.state, ReqState::DONE)) {
+        committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
+        [[maybe_unused]] int32_t block = (fn_batch_decides(err, 1, p) ? fn_batch_block_bound(err, 2, p, pressured) : r.current_block_size);
+        if (xl_failed(err)) return err;
+        total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(block, xl_sub(r.token_limit, r.n_out)), 0)), 1);
+    }
+    [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
+    if (xl_failed(err)) return err;
+    [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
+    if (xl_failed(err)) return err;
+    if ((tp > MAX_REQ_PAGES) || (tp > pool_size)) {
+        XL_WARP_STORE(r.kv_oversize, true);
+    }
+    if (r.kv_oversize) {
+        tp = 0;
+        cp = 0;
+    }
+    XL_WARP_STORE(r.kv_want, tp);
+    XL_WARP_STORE(r.kv_cp, cp);
+    XL_WARP_STORE(r.kv_tp, tp);
+    XL_WARP_STORE(r.kv_committed_tok, committed_tok);
+    [[maybe_unused]] int32_t span = xl_min(xl_max(r.kv_held, tp), MAX_REQ_PAGES);
+    [[maybe_unused]] int32_t held = r.kv_held;
+    [[maybe_unused]] int32_t own_from = r.kv_borrowed;
+    [[maybe_unused]] int32_t missing_committed = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        missing_committed = xl_reduce_sum<int32_t, false>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < cp)) ? 1 : 0);
+        });
+    }
+    [[maybe_unused]] int32_t need = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        need = xl_reduce_sum<int32_t, false>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < tp)) ? 1 : 0);
+        });
+    }
+    [[maybe_unused]] int32_t drafts = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        drafts = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 110, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
+        });
+        if (xl_failed(err)) return err;
+    }
+    [[maybe_unused]] int32_t drafts_above_tp = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        drafts_above_tp = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 111, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
+        });
+        if (xl_failed(err)) return err;
+    }
+    [[maybe_unused]] int32_t convert_lo = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        int32_t xl_best;
+        const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, false, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
+        });
+        convert_lo = xl_best_value(xl_best, xl_at, false);
+        if (xl_failed(err)) return err;
+    }
+    [[maybe_unused]] int32_t convert_hi = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        int32_t xl_best;
+        const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, true, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
+            (void)err;
+            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : -1);
+        });
+        convert_hi = xl_best_value(xl_best, xl_at, true);
+        if (xl_failed(err)) return err;
+    }
+    XL_WARP_STORE(r.kv_missing_committed, missing_committed);
+    XL_WARP_STORE(r.kv_need, need);
+    XL_WARP_STORE(r.kv_drafts, drafts);
+    XL_WARP_STORE(r.kv_drafts_above_tp, drafts_above_tp);
+    XL_WARP_STORE(r.kv_convert_lo, convert_lo);
+    XL_WARP_STORE(r.kv_convert_hi, convert_hi);
+    return err;
+}
+
+// stages/kv.xl:122: collective kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -673,12 +798,11 @@ struct Frame_kv_manage {
     int32_t now;
     int32_t pt;
     int32_t pool_size;
-    bool pressured;
-    int32_t committed_tok;
-    int32_t total_tok;
     int32_t cp;
     int32_t tp;
+    int32_t committed_tok;
     bool graft_wait;
+    bool grafted;
     int32_t missing_committed;
     int32_t need;
     int32_t drafts;
@@ -721,40 +845,15 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_add(sh.kv_tick, 1);
         [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
         [[maybe_unused]] int32_t pool_size = xl_clamp(p.pool_pages, 1, MAX_PAGES);
-        if (r.kv_prev_tick < 0) {
-            r.kv_forced_pressure = xl_has(r.req_flags, ReqFlag::KV_PRESSURE);
-        }
-        [[maybe_unused]] bool pressured = (r.kv_forced_pressure || (xl_i2f(sh.kv_live) > xl_fmul(p.kv_pressure_threshold, xl_i2f(pool_size))));
-        r.req_flags = (pressured ? (r.req_flags | ReqFlag::KV_PRESSURE) : xl_band(r.req_flags, 6u));
-        [[maybe_unused]] int32_t committed_tok = 0;
-        [[maybe_unused]] int32_t total_tok = 0;
-        if (xl_eq(r.state, ReqState::PREFILL_READY)) {
-            [[maybe_unused]] int32_t block = (fn_batch_decides(err, 1, p) ? fn_batch_block_bound(err, 2, p, pressured) : fn_next_block_size(err, 3, p, r.ema_acceptance_rate, pressured, r.plain_steps));
-            if (xl_failed(err)) return err;
-            [[maybe_unused]] int32_t first = xl_min(block, xl_clamp(r.max_new_tokens, 0, MAX_OUT));
-            total_tok = xl_add(xl_add(xl_max(r.prompt_len, 0), first), 1);
-        } else if (xl_ne(r.state, ReqState::DONE)) {
-            committed_tok = xl_add(xl_max(r.prompt_len, 0), r.n_out);
-            [[maybe_unused]] int32_t block = (fn_batch_decides(err, 1, p) ? fn_batch_block_bound(err, 2, p, pressured) : r.current_block_size);
-            if (xl_failed(err)) return err;
-            total_tok = xl_add(xl_add(committed_tok, xl_max(xl_min(block, xl_sub(r.token_limit, r.n_out)), 0)), 1);
-        }
-        [[maybe_unused]] int32_t cp = fn_pages_for(err, 1, p, committed_tok, pt);
-        if (xl_failed(err)) return err;
-        [[maybe_unused]] int32_t tp = fn_pages_for(err, 1, p, total_tok, pt);
-        if (xl_failed(err)) return err;
-        if ((tp > MAX_REQ_PAGES) || (tp > pool_size)) {
-            r.kv_oversize = true;
-        }
-        if (r.kv_oversize) {
-            tp = 0;
-            cp = 0;
-        }
-        r.kv_want = tp;
+        [[maybe_unused]] int32_t cp = r.kv_cp;
+        [[maybe_unused]] int32_t tp = r.kv_tp;
+        [[maybe_unused]] int32_t committed_tok = r.kv_committed_tok;
         [[maybe_unused]] bool graft_wait = false;
+        [[maybe_unused]] bool grafted = false;
         if ((((xl_eq(r.state, ReqState::PREFILL_READY) && xl_eq(r.kv_held, 0)) && (!r.kv_oversize)) && (r.graft_source_id >= 0)) && xl_ne(r.graft_source_id, req_id)) {
             [[maybe_unused]] int32_t g = xl_min(xl_div_nz(xl_min(r.shared_prefix_len, r.prompt_len), pt), xl_sub(tp, 1));
             if (g > 0) {
+                grafted = true;
                 for (int32_t xl_p = 0; xl_p < 16384; ++xl_p) {
                     if (xl_p >= sh.kv_fresh) {
                         break;
@@ -763,7 +862,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 106, sh.page_slot[xl_p], 256, 2359296);
+                                const int32_t xl_i = xl_idx(err, 1, 144, sh.page_slot[xl_p], 256, 2359296);
                                 if (xl_failed(err)) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -783,12 +882,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 121, r.kv_pages[k], 16384, 3866624);
+                            const int32_t xl_i = xl_idx(err, 1, 159, r.kv_pages[k], 16384, 4456448);
                             if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 122, r.kv_pages[k], 16384, 3932160)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 160, r.kv_pages[k], 16384, 4521984)];
                             const int32_t xl_i = k;
                             if (xl_failed(err)) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -799,45 +898,35 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 r.kv_held = run;
             }
         }
-        [[maybe_unused]] int32_t missing_committed = 0;
-        [[maybe_unused]] int32_t need = 0;
-        [[maybe_unused]] int32_t drafts = 0;
-        [[maybe_unused]] int32_t drafts_above_tp = 0;
+        [[maybe_unused]] int32_t missing_committed = r.kv_missing_committed;
+        [[maybe_unused]] int32_t need = r.kv_need;
+        [[maybe_unused]] int32_t drafts = r.kv_drafts;
+        [[maybe_unused]] int32_t drafts_above_tp = r.kv_drafts_above_tp;
+        if (grafted) {
+            need = (graft_wait ? 0 : xl_max(xl_sub(tp, r.kv_held), 0));
+        }
         [[maybe_unused]] int32_t d_live = 0;
         [[maybe_unused]] int32_t d_draft = 0;
         [[maybe_unused]] int32_t d_committed = 0;
         [[maybe_unused]] int32_t d_used = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if ((k >= r.kv_held) && (k >= tp)) {
+        for (int32_t i = 0; i < 256; ++i) {
+            [[maybe_unused]] int32_t k = xl_add(r.kv_convert_lo, i);
+            if (k > r.kv_convert_hi) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = ((k < r.kv_held) ? r.kv_pages[k] : -1);
-            if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                if (k < cp) {
-                    const bool xl_c1 = xl_eq(sh.page_kind[xl_idx(err, 1, 152, pg, 16384, 3801088)], PageKind::DRAFT);
+            [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 190, k, 256, 2359296)];
+            if (xl_failed(err)) return err;
+            const bool xl_c1 = (pg >= 0) && xl_eq(sh.page_kind[xl_idx(err, 1, 191, pg, 16384, 4390912)], PageKind::DRAFT);
+            if (xl_failed(err)) return err;
+            if (xl_c1) {
+                {
+                    const int32_t xl_v = PageKind::COMMITTED;
+                    const int32_t xl_i = xl_idx(err, 1, 192, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
-                    if (xl_c1) {
-                        {
-                            const int32_t xl_v = PageKind::COMMITTED;
-                            const int32_t xl_i = xl_idx(err, 1, 153, pg, 16384, 3801088);
-                            if (xl_failed(err)) return err;
-                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
-                        }
-                        d_draft = xl_sub(d_draft, 1);
-                        d_committed = xl_add(d_committed, 1);
-                    }
-                } else {
-                    const bool xl_c2 = xl_ne(sh.page_kind[xl_idx(err, 1, 157, pg, 16384, 3801088)], PageKind::COMMITTED);
-                    if (xl_failed(err)) return err;
-                    if (xl_c2) {
-                        drafts = xl_add(drafts, 1);
-                        drafts_above_tp = xl_add(drafts_above_tp, ((k >= tp) ? 1 : 0));
-                    }
+                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
-            }
-            if (((k < r.kv_held) && (r.kv_pages[k] < 0)) || (k >= r.kv_held)) {
-                missing_committed = xl_add(missing_committed, ((k < cp) ? 1 : 0));
-                need = xl_add(need, (((k < tp) && (!graft_wait)) ? 1 : 0));
+                d_draft = xl_sub(d_draft, 1);
+                d_committed = xl_add(d_committed, 1);
             }
         }
         if ((xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_held > 0)) && xl_eq(missing_committed, 0)) {
@@ -852,12 +941,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -873,12 +961,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -915,12 +1002,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -938,12 +1024,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -964,12 +1049,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -988,12 +1072,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1015,12 +1098,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1040,12 +1122,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1068,12 +1149,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1094,12 +1174,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1137,12 +1216,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1165,12 +1243,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1196,12 +1273,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.now = now;
         xl_frame.pt = pt;
         xl_frame.pool_size = pool_size;
-        xl_frame.pressured = pressured;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.total_tok = total_tok;
         xl_frame.cp = cp;
         xl_frame.tp = tp;
+        xl_frame.committed_tok = committed_tok;
         xl_frame.graft_wait = graft_wait;
+        xl_frame.grafted = grafted;
         xl_frame.missing_committed = missing_committed;
         xl_frame.need = need;
         xl_frame.drafts = drafts;
@@ -1225,12 +1301,11 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t now = xl_frame.now;
         [[maybe_unused]] int32_t pt = xl_frame.pt;
         [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] bool pressured = xl_frame.pressured;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] int32_t total_tok = xl_frame.total_tok;
         [[maybe_unused]] int32_t cp = xl_frame.cp;
         [[maybe_unused]] int32_t tp = xl_frame.tp;
+        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
         [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
+        [[maybe_unused]] bool grafted = xl_frame.grafted;
         [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
         [[maybe_unused]] int32_t need = xl_frame.need;
         [[maybe_unused]] int32_t drafts = xl_frame.drafts;
@@ -1263,44 +1338,44 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 220, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4128768)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 250, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4718592)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (xl_failed(err)) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 222, pg, 16384, 3932160)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 222, pg, 16384, 3932160);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 252, pg, 16384, 4521984)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 252, pg, 16384, 4521984);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 223, pg, 16384, 3735552);
+                    const int32_t xl_i = xl_idx(err, 1, 253, pg, 16384, 4325376);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 224, pg, 16384, 3866624);
+                    const int32_t xl_i = xl_idx(err, 1, 254, pg, 16384, 4456448);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 225, pg, 16384, 3997696);
+                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384, 4587520);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 226, pg, 16384, 3801088);
+                    const int32_t xl_i = xl_idx(err, 1, 256, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 228, pg, 16384, 3932160)], 1);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 258, pg, 16384, 4521984)], 1);
                     const int32_t xl_i = k;
                     if (xl_failed(err)) return err;
                     r.kv_gens[xl_i] = xl_v;
@@ -1319,50 +1394,50 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 241, pg, 16384, 3866624);
+                    const int32_t xl_i = xl_idx(err, 1, 271, pg, 16384, 4456448);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c3 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 242, pg, 16384, 3801088)], PageKind::COMMITTED);
+                const bool xl_c2 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 272, pg, 16384, 4390912)], PageKind::COMMITTED);
                 if (xl_failed(err)) return err;
-                if (xl_c3) {
+                if (xl_c2) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 245, pg, 16384, 3932160)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 245, pg, 16384, 3932160);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 275, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 275, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 246, pg, 16384, 3801088);
+                        const int32_t xl_i = xl_idx(err, 1, 276, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 247, pg, 16384, 3735552);
+                        const int32_t xl_i = xl_idx(err, 1, 277, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c4 = xl_ne(sh.page_used[xl_idx(err, 1, 248, pg, 16384, 4063232)], 0);
+                    const bool xl_c3 = xl_ne(sh.page_used[xl_idx(err, 1, 278, pg, 16384, 4653056)], 0);
                     if (xl_failed(err)) return err;
-                    if (xl_c4) {
+                    if (xl_c3) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 249, pg, 16384, 4063232)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 279, pg, 16384, 4653056)]);
                             if (xl_failed(err)) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 250, pg, 16384, 4063232);
+                            const int32_t xl_i = xl_idx(err, 1, 280, pg, 16384, 4653056);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 252, slot, 16384, 4128768);
+                        const int32_t xl_i = xl_idx(err, 1, 282, slot, 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1373,7 +1448,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 259, pg, 16384, 3735552);
+                            const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384, 4325376);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
@@ -1381,20 +1456,20 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 264, pg, 16384, 3801088)], PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 294, pg, 16384, 4390912)], PageKind::COMMITTED));
                 if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c5 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 266, pg, 16384, 4063232)]);
+                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 296, pg, 16384, 4653056)]);
                 if (xl_failed(err)) return err;
-                if (xl_c5) {
+                if (xl_c4) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 267, pg, 16384, 4063232)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 297, pg, 16384, 4653056)]));
                         if (xl_failed(err)) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 268, pg, 16384, 4063232);
+                        const int32_t xl_i = xl_idx(err, 1, 298, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1431,9 +1506,9 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 if (xl_failed(err)) return err;
                 xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_fresh), xl_word_bits(xl_v));
             }
-            const bool xl_c6 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
+            const bool xl_c5 = (served > 0) || fn_kv_yields_any(err, 1, p, served, sh.kv_last_progress, now, stalled_holder);
             if (xl_failed(err)) return err;
-            if (xl_c6) {
+            if (xl_c5) {
                 {
                     const int32_t xl_v = now;
                     if (xl_failed(err)) return err;
@@ -1499,7 +1574,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:324: collective kv_collect
+// stages/kv.xl:354: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1547,7 +1622,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 327, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 357, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1555,7 +1630,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 334, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 334, pg, 16384, 3801088)], PageKind::FREE);
+            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 364, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 364, pg, 16384, 4390912)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1603,35 +1678,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 346, pg, 16384, 3866624)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 346, pg, 16384, 3801088)], PageKind::FREE);
+            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 376, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 376, pg, 16384, 4390912)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 347, pg, 16384, 3932160)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 347, pg, 16384, 3932160);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 377, pg, 16384, 4521984)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 377, pg, 16384, 4521984);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 348, pg, 16384, 3801088);
+                    const int32_t xl_i = xl_idx(err, 1, 378, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 349, pg, 16384, 3735552);
+                    const int32_t xl_i = xl_idx(err, 1, 379, pg, 16384, 4325376);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 350, pg, 16384, 4063232)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 380, pg, 16384, 4653056)]);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 351, pg, 16384, 4063232);
+                    const int32_t xl_i = xl_idx(err, 1, 381, pg, 16384, 4653056);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1647,7 +1722,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 354, slot, 16384, 4128768);
+                    const int32_t xl_i = xl_idx(err, 1, 384, slot, 16384, 4718592);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1674,7 +1749,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:373: collective kv_evict
+// stages/kv.xl:403: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1711,7 +1786,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 381, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 381, pg, 16384, 3866624)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 411, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 411, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1835,55 +1910,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 405, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 435, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 406, pg, 16384, 3801088)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 406, pg, 16384, 3866624)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 436, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 436, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 407, pg, 16384, 3932160)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 407, pg, 16384, 3932160);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 437, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 437, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 408, pg, 16384, 3801088);
+                        const int32_t xl_i = xl_idx(err, 1, 438, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 409, pg, 16384, 3735552);
+                        const int32_t xl_i = xl_idx(err, 1, 439, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 410, pg, 16384, 3866624);
+                        const int32_t xl_i = xl_idx(err, 1, 440, pg, 16384, 4456448);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 411, pg, 16384, 4063232)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 441, pg, 16384, 4653056)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 412, pg, 16384, 4063232);
+                        const int32_t xl_i = xl_idx(err, 1, 442, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 413, xl_add(sh.kv_free_top, n), 16384, 4128768);
+                        const int32_t xl_i = xl_idx(err, 1, 443, xl_add(sh.kv_free_top, n), 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 414, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 444, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -2035,14 +2110,28 @@ struct Stage_commit {
     }
 };
 
-// stages/kv.xl:57: collective stage kv_manage
-struct Stage_kv_manage {
+// stages/kv.xl:62: stage kv_plan
+struct Stage_kv_plan {
     static constexpr uint32_t stage = 4u;
+    XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return guard_kv_plan(err, r, sh, p, id);
+    }
+    XL_DEVICE static XlErr body(Request& r, const Shared& sh, const Params& p, int32_t id) {
+        return stage_kv_plan(r, sh, p, id);
+    }
+    XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
+        (void)sink; (void)r; (void)id; (void)round;  // not traced
+    }
+};
+
+// stages/kv.xl:122: collective stage kv_manage
+struct Stage_kv_manage {
+    static constexpr uint32_t stage = 5u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_manage(err, r, sh, p, id);
     }
     using Frame = Frame_kv_manage;
-    static constexpr int32_t line = 57, collectives = 7;
+    static constexpr int32_t line = 122, collectives = 7;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
@@ -2063,14 +2152,14 @@ struct Stage_kv_manage {
     }
 };
 
-// stages/kv.xl:324: collective stage kv_collect
+// stages/kv.xl:354: collective stage kv_collect
 struct Stage_kv_collect {
-    static constexpr uint32_t stage = 5u;
+    static constexpr uint32_t stage = 6u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_collect(err, r, sh, p, id);
     }
     using Frame = Frame_kv_collect;
-    static constexpr int32_t line = 324, collectives = 4;
+    static constexpr int32_t line = 354, collectives = 4;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
@@ -2089,14 +2178,14 @@ struct Stage_kv_collect {
     }
 };
 
-// stages/kv.xl:373: collective stage kv_evict
+// stages/kv.xl:403: collective stage kv_evict
 struct Stage_kv_evict {
-    static constexpr uint32_t stage = 6u;
+    static constexpr uint32_t stage = 7u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 373, collectives = 5;
+    static constexpr int32_t line = 403, collectives = 5;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
@@ -2141,6 +2230,7 @@ XL_DEVICE bool run_request_stages(Request& r, const Shared& sh, const Params& p,
     if (!run_stage<Stage_decode>(r, sh, p, req_id, round, sink, writer)) return false;
     if (!run_stage<Stage_spec_verify>(r, sh, p, req_id, round, sink, writer)) return false;
     if (!run_stage<Stage_commit>(r, sh, p, req_id, round, sink, writer)) return false;
+    if (!run_stage<Stage_kv_plan>(r, sh, p, req_id, round, sink, writer)) return false;
     return true;
 }
 

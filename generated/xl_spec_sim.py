@@ -88,7 +88,7 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'plain_steps', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', )
+    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'plain_steps', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_cp', 'kv_tp', 'kv_committed_tok', 'kv_missing_committed', 'kv_need', 'kv_drafts', 'kv_drafts_above_tp', 'kv_convert_lo', 'kv_convert_hi', )
 
 
 class Shared:
@@ -98,7 +98,7 @@ class Shared:
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
-REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False)]
+REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False), ('kv_cp', 'kv_cp', 'i', 1, False), ('kv_tp', 'kv_tp', 'i', 1, False), ('kv_committed_tok', 'kv_committed_tok', 'i', 1, False), ('kv_missing_committed', 'kv_missing_committed', 'i', 1, False), ('kv_need', 'kv_need', 'i', 1, False), ('kv_drafts', 'kv_drafts', 'i', 1, False), ('kv_drafts_above_tp', 'kv_drafts_above_tp', 'i', 1, False), ('kv_convert_lo', 'kv_convert_lo', 'i', 1, False), ('kv_convert_hi', 'kv_convert_hi', 'i', 1, False)]
 SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 # (xl name, attribute, element word, dims) of each pool.
 POOLS = []
@@ -154,6 +154,15 @@ def init_request(req_id, p):
     r.kv_snap_draft = 0
     r.kv_snap_free = 0
     r.kv_snap_used = 0
+    r.kv_cp = 0
+    r.kv_tp = 0
+    r.kv_committed_tok = 0
+    r.kv_missing_committed = 0
+    r.kv_need = 0
+    r.kv_drafts = 0
+    r.kv_drafts_above_tp = 0
+    r.kv_convert_lo = 0
+    r.kv_convert_hi = 0
     return r
 
 
@@ -335,7 +344,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
 
 
-# stages/kv.xl:318
+# stages/kv.xl:348
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -453,13 +462,12 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:57: collective kv_manage
-def guard_kv_manage(r, sh, p):
+# stages/kv.xl:62: stage kv_plan
+def guard_kv_plan(r, sh, p):
     return p.kv_cache
 
 
-def stage_kv_manage(r, sh, p, xw):
-    now = wrap_i32(sh.kv_tick + 1)
+def stage_kv_plan(r, sh, p):
     pt = max_(p.page_tokens, 1)
     pool_size = clamp(p.pool_pages, 1, MAX_PAGES)
     if (r.kv_prev_tick < 0):
@@ -469,31 +477,141 @@ def stage_kv_manage(r, sh, p, xw):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:75
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:79
         first = min_(block, clamp(r.max_new_tokens, 0, MAX_OUT))
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:80
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:84
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(block, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:83
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:84
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:87
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:88
     if ((tp > MAX_REQ_PAGES) or (tp > pool_size)):
         r.kv_oversize = True
     if r.kv_oversize:
         tp = 0
         cp = 0
     r.kv_want = tp
+    r.kv_cp = cp
+    r.kv_tp = tp
+    r.kv_committed_tok = committed_tok
+    span = min_(max_(r.kv_held, tp), MAX_REQ_PAGES)
+    held = r.kv_held
+    own_from = r.kv_borrowed
+    xl_lo, xl_hi = 0, span  # @xl:108
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < cp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:108
+        missing_committed = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 108, 2359296)] < I32(0))), lambda: (k < I32(cp))), lambda: I32(1), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        missing_committed = xl_pieces.result()  # @xl:108
+    xl_lo, xl_hi = 0, span  # @xl:109
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < tp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:109
+        need = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 109, 2359296)] < I32(0))), lambda: (k < I32(tp))), lambda: I32(1), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        need = xl_pieces.result()  # @xl:109
+    xl_lo, xl_hi = 0, span  # @xl:110
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:110
+        drafts = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 110, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 110, 2359296)], 16384, 110, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        drafts = xl_pieces.result()  # @xl:110
+    xl_lo, xl_hi = 0, span  # @xl:111
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= max_(cp, tp))) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:111
+        drafts_above_tp = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= v_max(I32(cp), I32(tp)))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 111, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 111, 2359296)], 16384, 111, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        drafts_above_tp = xl_pieces.result()  # @xl:111
+    xl_lo, xl_hi = 0, span  # @xl:112
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:112
+        convert_lo = reduce_list(xl_vals, xl_lo, I32, 'min')
+    else:
+        xl_pieces = Pieces('min', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)], 16384, 112, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(MAX_REQ_PAGES))
+            xl_pieces.add(xl_L, xl_v)
+        convert_lo = xl_pieces.result()  # @xl:112
+    xl_lo, xl_hi = 0, span  # @xl:113
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else -1) for k in range(xl_lo, xl_hi)]  # @xl:113
+        convert_hi = reduce_list(xl_vals, xl_lo, I32, 'max')
+    else:
+        xl_pieces = Pieces('max', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)], 16384, 113, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(-1))
+            xl_pieces.add(xl_L, xl_v)
+        convert_hi = xl_pieces.result()  # @xl:113
+    r.kv_missing_committed = missing_committed
+    r.kv_need = need
+    r.kv_drafts = drafts
+    r.kv_drafts_above_tp = drafts_above_tp
+    r.kv_convert_lo = convert_lo
+    r.kv_convert_hi = convert_hi
+
+
+# stages/kv.xl:122: collective kv_manage
+def guard_kv_manage(r, sh, p):
+    return p.kv_cache
+
+
+def stage_kv_manage(r, sh, p, xw):
+    now = wrap_i32(sh.kv_tick + 1)
+    pt = max_(p.page_tokens, 1)
+    pool_size = clamp(p.pool_pages, 1, MAX_PAGES)
+    cp = r.kv_cp
+    tp = r.kv_tp
+    committed_tok = r.kv_committed_tok
     graft_wait = False
+    grafted = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:98
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:135
         if (g > 0):
+            grafted = True
             for xl_p in range(0, 16384):
                 if (xl_p >= sh.kv_fresh):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:106
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:144
                     else:
                         graft_wait = True
             run = 0
@@ -504,34 +622,29 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 3866624))  # @xl:121
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 3932160)]  # @xl:122
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 4456448))  # @xl:159
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 4521984)]  # @xl:160
             r.kv_borrowed = run
             r.kv_held = run
-    missing_committed = 0
-    need = 0
-    drafts = 0
-    drafts_above_tp = 0
+    missing_committed = r.kv_missing_committed
+    need = r.kv_need
+    drafts = r.kv_drafts
+    drafts_above_tp = r.kv_drafts_above_tp
+    if grafted:
+        need = (0 if graft_wait else max_(wrap_i32(tp - r.kv_held), 0))
     d_live = 0
     d_draft = 0
     d_committed = 0
     d_used = 0
-    for k in range(0, 256):
-        if ((k >= r.kv_held) and (k >= tp)):
+    for i in range(0, 256):
+        k = wrap_i32(r.kv_convert_lo + i)
+        if (k > r.kv_convert_hi):
             break
-        pg = (r.kv_pages[k] if (k < r.kv_held) else -1)
-        if ((pg >= 0) and (k >= r.kv_borrowed)):
-            if (k < cp):
-                if (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.DRAFT):  # @xl:152
-                    xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 3801088))  # @xl:153
-                    d_draft = wrap_i32(d_draft - 1)
-                    d_committed = wrap_i32(d_committed + 1)
-            elif (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED):  # @xl:157
-                drafts = wrap_i32(drafts + 1)
-                drafts_above_tp = wrap_i32(drafts_above_tp + (1 if (k >= tp) else 0))
-        if (((k < r.kv_held) and (r.kv_pages[k] < 0)) or (k >= r.kv_held)):
-            missing_committed = wrap_i32(missing_committed + (1 if (k < cp) else 0))
-            need = wrap_i32(need + (1 if ((k < tp) and (not graft_wait)) else 0))
+        pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:190
+        if ((pg >= 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.DRAFT)):  # @xl:191
+            xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 4390912))  # @xl:192
+            d_draft = wrap_i32(d_draft - 1)
+            d_committed = wrap_i32(d_committed + 1)
     if (((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)) and (missing_committed == 0)):
         r.kv_hits = wrap_i32(r.kv_hits + 1)
     supply = wrap_i32(wrap_i32(sh.kv_free_top + pool_size) - sh.kv_fresh)
@@ -567,15 +680,15 @@ def stage_kv_manage(r, sh, p, xw):
             break
         pg = (r.kv_pages[k] if (k < held) else -1)
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4128768)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:220
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4718592)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:250
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:222
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 3735552))  # @xl:223
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 3866624))  # @xl:224
-            xw.put('page_slot', k, check_index(pg, 16384, 3997696))  # @xl:225
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 3801088))  # @xl:226
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:252
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 4325376))  # @xl:253
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 4456448))  # @xl:254
+            xw.put('page_slot', k, check_index(pg, 16384, 4587520))  # @xl:255
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 4390912))  # @xl:256
             r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1)  # @xl:228
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1)  # @xl:258
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -585,29 +698,29 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 3866624))  # @xl:241
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.COMMITTED)):  # @xl:242
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 4456448))  # @xl:271
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.COMMITTED)):  # @xl:272
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:245
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:246
-                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:247
-                if (sh.page_used[check_index(pg, 16384, 4063232)] != 0):  # @xl:248
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:249
-                    xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:250
-                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:252
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:275
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:276
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:277
+                if (sh.page_used[check_index(pg, 16384, 4653056)] != 0):  # @xl:278
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:279
+                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:280
+                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:282
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 3735552))  # @xl:259
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4325376))  # @xl:289
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED))  # @xl:264
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:294
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384, 4063232)]):  # @xl:266
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4063232)]))  # @xl:267
-                xw.put('page_used', in_page, check_index(pg, 16384, 4063232))  # @xl:268
+            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:296
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:297
+                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:298
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -620,7 +733,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:286
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:316
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -647,7 +760,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:324: collective kv_collect
+# stages/kv.xl:354: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -655,13 +768,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:327
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:357
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:334
+        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:364
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -670,22 +783,22 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 3866624)] == 0) and (sh.page_kind[check_index(pg, 16384, 3801088)] != PageKind.FREE)):  # @xl:346
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:347
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:348
-            xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:349
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4063232)]), wrap_i32)  # @xl:350
-            xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:351
+        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:376
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:377
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:378
+            xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:379
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:380
+            xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:381
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4128768))  # @xl:354
+            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:384
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:373: collective kv_evict
+# stages/kv.xl:403: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -697,7 +810,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:381
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:411
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -716,16 +829,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:405
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 3801088)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 3866624)] == 1)):  # @xl:406
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 3932160)] + 1), check_index(pg, 16384, 3932160))  # @xl:407
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 3801088))  # @xl:408
-                xw.put('page_owner', -1, check_index(pg, 16384, 3735552))  # @xl:409
-                xw.put('page_refs', 0, check_index(pg, 16384, 3866624))  # @xl:410
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4063232)])  # @xl:411
-                xw.put('page_used', 0, check_index(pg, 16384, 4063232))  # @xl:412
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4128768))  # @xl:413
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:414
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:435
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:436
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:437
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:438
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:439
+                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:440
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:441
+                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:442
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:443
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:444
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -750,8 +863,9 @@ STAGES = [
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
-    ('kv_manage', 4, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 57),
-    ('kv_collect', 5, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 324),
-    ('kv_evict', 6, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 373),
+    ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 62),
+    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 122),
+    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 354),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 403),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]
