@@ -619,7 +619,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     }
 }
 
-extern "C" __global__ void xl_step_kv_plan(XL_STEP_PARAMS) {  // stages/kv.xl:62
+extern "C" __global__ void xl_step_kv_plan(XL_STEP_PARAMS) {  // stages/kv.xl:64
     extern __shared__ uint32_t xl_smem[];
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);

@@ -500,17 +500,17 @@ XL_DEVICE int32_t fn_next_block_size(XlErr& xl_caller, int32_t xl_key, const Par
     }
 }
 
-// stages/kv.xl:53
+// stages/kv.xl:55
 XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t tokens, int32_t pt) {
     XlErr err = {0, 0, 0};
     {
-        const int32_t xl_v = xl_div(err, 1, 54, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
+        const int32_t xl_v = xl_div(err, 1, 56, xl_sub(xl_add(xl_max(tokens, 0), pt), 1), pt);
         if (xl_failed(err)) return xl_raise<int32_t>(xl_caller, xl_key, err);
         return xl_v;
     }
 }
 
-// stages/kv.xl:348
+// stages/kv.xl:350
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -672,7 +672,7 @@ XL_DEVICE void trace_commit(uint32_t* w, const Request& r) {
     w[3] = (uint32_t)(r.state);
 }
 
-// stages/kv.xl:62: stage kv_plan
+// stages/kv.xl:64: stage kv_plan
 XL_DEVICE bool guard_kv_plan(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -741,7 +741,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         const int32_t xl_hi = span;
         drafts = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
             (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 110, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
+            return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
         });
         if (xl_failed(err)) return err;
     }
@@ -751,7 +751,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         const int32_t xl_hi = span;
         drafts_above_tp = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
             (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 111, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
+            return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
         });
         if (xl_failed(err)) return err;
     }
@@ -762,7 +762,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         int32_t xl_best;
         const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, false, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
             (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
+            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 114, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
         });
         convert_lo = xl_best_value(xl_best, xl_at, false);
         if (xl_failed(err)) return err;
@@ -774,7 +774,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         int32_t xl_best;
         const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, true, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
             (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : -1);
+            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 115, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : -1);
         });
         convert_hi = xl_best_value(xl_best, xl_at, true);
         if (xl_failed(err)) return err;
@@ -788,7 +788,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
     return err;
 }
 
-// stages/kv.xl:122: collective kv_manage
+// stages/kv.xl:124: collective kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -862,7 +862,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 144, sh.page_slot[xl_p], 256, 2359296);
+                                const int32_t xl_i = xl_idx(err, 1, 146, sh.page_slot[xl_p], 256, 2359296);
                                 if (xl_failed(err)) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -882,12 +882,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 159, r.kv_pages[k], 16384, 4456448);
+                            const int32_t xl_i = xl_idx(err, 1, 161, r.kv_pages[k], 16384, 4456448);
                             if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 160, r.kv_pages[k], 16384, 4521984)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 162, r.kv_pages[k], 16384, 4521984)];
                             const int32_t xl_i = k;
                             if (xl_failed(err)) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -914,14 +914,14 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             if (k > r.kv_convert_hi) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 190, k, 256, 2359296)];
+            [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 192, k, 256, 2359296)];
             if (xl_failed(err)) return err;
-            const bool xl_c1 = (pg >= 0) && xl_eq(sh.page_kind[xl_idx(err, 1, 191, pg, 16384, 4390912)], PageKind::DRAFT);
+            const bool xl_c1 = (pg >= 0) && xl_eq(sh.page_kind[xl_idx(err, 1, 193, pg, 16384, 4390912)], PageKind::DRAFT);
             if (xl_failed(err)) return err;
             if (xl_c1) {
                 {
                     const int32_t xl_v = PageKind::COMMITTED;
-                    const int32_t xl_i = xl_idx(err, 1, 192, pg, 16384, 4390912);
+                    const int32_t xl_i = xl_idx(err, 1, 194, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1338,44 +1338,44 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
             [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 250, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4718592)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 252, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4718592)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (xl_failed(err)) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 252, pg, 16384, 4521984)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 252, pg, 16384, 4521984);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 254, pg, 16384, 4521984)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 254, pg, 16384, 4521984);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 253, pg, 16384, 4325376);
+                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384, 4325376);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 254, pg, 16384, 4456448);
+                    const int32_t xl_i = xl_idx(err, 1, 256, pg, 16384, 4456448);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384, 4587520);
+                    const int32_t xl_i = xl_idx(err, 1, 257, pg, 16384, 4587520);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 256, pg, 16384, 4390912);
+                    const int32_t xl_i = xl_idx(err, 1, 258, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 258, pg, 16384, 4521984)], 1);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 260, pg, 16384, 4521984)], 1);
                     const int32_t xl_i = k;
                     if (xl_failed(err)) return err;
                     r.kv_gens[xl_i] = xl_v;
@@ -1394,50 +1394,50 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 271, pg, 16384, 4456448);
+                    const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384, 4456448);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c2 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 272, pg, 16384, 4390912)], PageKind::COMMITTED);
+                const bool xl_c2 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 274, pg, 16384, 4390912)], PageKind::COMMITTED);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 275, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 275, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 277, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 277, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 276, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 278, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 277, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 279, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c3 = xl_ne(sh.page_used[xl_idx(err, 1, 278, pg, 16384, 4653056)], 0);
+                    const bool xl_c3 = xl_ne(sh.page_used[xl_idx(err, 1, 280, pg, 16384, 4653056)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c3) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 279, pg, 16384, 4653056)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 281, pg, 16384, 4653056)]);
                             if (xl_failed(err)) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 280, pg, 16384, 4653056);
+                            const int32_t xl_i = xl_idx(err, 1, 282, pg, 16384, 4653056);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 282, slot, 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 284, slot, 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1448,7 +1448,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 289, pg, 16384, 4325376);
+                            const int32_t xl_i = xl_idx(err, 1, 291, pg, 16384, 4325376);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
@@ -1456,20 +1456,20 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 294, pg, 16384, 4390912)], PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 296, pg, 16384, 4390912)], PageKind::COMMITTED));
                 if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 296, pg, 16384, 4653056)]);
+                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 298, pg, 16384, 4653056)]);
                 if (xl_failed(err)) return err;
                 if (xl_c4) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 297, pg, 16384, 4653056)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 299, pg, 16384, 4653056)]));
                         if (xl_failed(err)) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 298, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 300, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1574,7 +1574,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:354: collective kv_collect
+// stages/kv.xl:356: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1622,7 +1622,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 357, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 359, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 16384; ++q) {
@@ -1630,7 +1630,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 364, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 364, pg, 16384, 4390912)], PageKind::FREE);
+            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 366, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 366, pg, 16384, 4390912)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c1) {
                 dead = xl_add(dead, 1);
@@ -1678,35 +1678,35 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 break;
             }
             [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 376, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 376, pg, 16384, 4390912)], PageKind::FREE);
+            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 378, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 378, pg, 16384, 4390912)], PageKind::FREE);
             if (xl_failed(err)) return err;
             if (xl_c2) {
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 377, pg, 16384, 4521984)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 377, pg, 16384, 4521984);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 379, pg, 16384, 4521984)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 379, pg, 16384, 4521984);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 378, pg, 16384, 4390912);
+                    const int32_t xl_i = xl_idx(err, 1, 380, pg, 16384, 4390912);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 379, pg, 16384, 4325376);
+                    const int32_t xl_i = xl_idx(err, 1, 381, pg, 16384, 4325376);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 380, pg, 16384, 4653056)]);
+                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 382, pg, 16384, 4653056)]);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 381, pg, 16384, 4653056);
+                    const int32_t xl_i = xl_idx(err, 1, 383, pg, 16384, 4653056);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1722,7 +1722,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 }
                 {
                     const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 384, slot, 16384, 4718592);
+                    const int32_t xl_i = xl_idx(err, 1, 386, slot, 16384, 4718592);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1749,7 +1749,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:403: collective kv_evict
+// stages/kv.xl:405: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1786,7 +1786,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 411, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 411, pg, 16384, 4456448)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 413, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 413, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1910,55 +1910,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 435, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 437, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 436, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 436, pg, 16384, 4456448)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 438, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 438, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 437, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 437, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 439, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 439, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 438, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 440, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 439, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 441, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 440, pg, 16384, 4456448);
+                        const int32_t xl_i = xl_idx(err, 1, 442, pg, 16384, 4456448);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 441, pg, 16384, 4653056)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 443, pg, 16384, 4653056)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 442, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 444, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 443, xl_add(sh.kv_free_top, n), 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 445, xl_add(sh.kv_free_top, n), 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 444, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 446, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -2110,7 +2110,7 @@ struct Stage_commit {
     }
 };
 
-// stages/kv.xl:62: stage kv_plan
+// stages/kv.xl:64: stage kv_plan
 struct Stage_kv_plan {
     static constexpr uint32_t stage = 4u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
@@ -2124,14 +2124,14 @@ struct Stage_kv_plan {
     }
 };
 
-// stages/kv.xl:122: collective stage kv_manage
+// stages/kv.xl:124: collective stage kv_manage
 struct Stage_kv_manage {
     static constexpr uint32_t stage = 5u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_manage(err, r, sh, p, id);
     }
     using Frame = Frame_kv_manage;
-    static constexpr int32_t line = 122, collectives = 7;
+    static constexpr int32_t line = 124, collectives = 7;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
@@ -2152,14 +2152,14 @@ struct Stage_kv_manage {
     }
 };
 
-// stages/kv.xl:354: collective stage kv_collect
+// stages/kv.xl:356: collective stage kv_collect
 struct Stage_kv_collect {
     static constexpr uint32_t stage = 6u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_collect(err, r, sh, p, id);
     }
     using Frame = Frame_kv_collect;
-    static constexpr int32_t line = 354, collectives = 4;
+    static constexpr int32_t line = 356, collectives = 4;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
@@ -2178,14 +2178,14 @@ struct Stage_kv_collect {
     }
 };
 
-// stages/kv.xl:403: collective stage kv_evict
+// stages/kv.xl:405: collective stage kv_evict
 struct Stage_kv_evict {
     static constexpr uint32_t stage = 7u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 403, collectives = 5;
+    static constexpr int32_t line = 405, collectives = 5;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};

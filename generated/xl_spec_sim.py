@@ -339,12 +339,12 @@ def fn_next_block_size(p, ema, kv_pressure, plain_run):
     return clamp(fn_asbs_block_size(p, ema, kv_pressure), 1, MAX_BLOCK)  # @xl:167
 
 
-# stages/kv.xl:53
+# stages/kv.xl:55
 def fn_pages_for(p, tokens, pt):
-    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:54
+    return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:56
 
 
-# stages/kv.xl:348
+# stages/kv.xl:350
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -462,7 +462,7 @@ def trace_commit(r):
     return (((r.n_out) & 0xFFFFFFFF), ((r.last_commit_len) & 0xFFFFFFFF), ((r.last_token) & 0xFFFFFFFF), ((r.state) & 0xFFFFFFFF))
 
 
-# stages/kv.xl:62: stage kv_plan
+# stages/kv.xl:64: stage kv_plan
 def guard_kv_plan(r, sh, p):
     return p.kv_cache
 
@@ -477,15 +477,15 @@ def stage_kv_plan(r, sh, p):
     committed_tok = 0
     total_tok = 0
     if (r.state == ReqState.PREFILL_READY):
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:79
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else fn_next_block_size(p, r.ema_acceptance_rate, pressured, r.plain_steps))  # @xl:81
         first = min_(block, clamp(r.max_new_tokens, 0, MAX_OUT))
         total_tok = wrap_i32(wrap_i32(max_(r.prompt_len, 0) + first) + 1)
     elif (r.state != ReqState.DONE):
         committed_tok = wrap_i32(max_(r.prompt_len, 0) + r.n_out)
-        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:84
+        block = (fn_batch_block_bound(p, pressured) if fn_batch_decides(p) else r.current_block_size)  # @xl:86
         total_tok = wrap_i32(wrap_i32(committed_tok + max_(min_(block, wrap_i32(r.token_limit - r.n_out)), 0)) + 1)
-    cp = fn_pages_for(p, committed_tok, pt)  # @xl:87
-    tp = fn_pages_for(p, total_tok, pt)  # @xl:88
+    cp = fn_pages_for(p, committed_tok, pt)  # @xl:89
+    tp = fn_pages_for(p, total_tok, pt)  # @xl:90
     if ((tp > MAX_REQ_PAGES) or (tp > pool_size)):
         r.kv_oversize = True
     if r.kv_oversize:
@@ -498,9 +498,9 @@ def stage_kv_plan(r, sh, p):
     span = min_(max_(r.kv_held, tp), MAX_REQ_PAGES)
     held = r.kv_held
     own_from = r.kv_borrowed
-    xl_lo, xl_hi = 0, span  # @xl:108
+    xl_lo, xl_hi = 0, span  # @xl:110
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < cp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:108
+        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < cp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:110
         missing_committed = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -508,12 +508,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 108, 2359296)] < I32(0))), lambda: (k < I32(cp))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 110, 2359296)] < I32(0))), lambda: (k < I32(cp))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
-        missing_committed = xl_pieces.result()  # @xl:108
-    xl_lo, xl_hi = 0, span  # @xl:109
+        missing_committed = xl_pieces.result()  # @xl:110
+    xl_lo, xl_hi = 0, span  # @xl:111
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < tp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:109
+        xl_vals = [(1 if (((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) and (k < tp)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:111
         need = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -521,12 +521,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 109, 2359296)] < I32(0))), lambda: (k < I32(tp))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 111, 2359296)] < I32(0))), lambda: (k < I32(tp))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
-        need = xl_pieces.result()  # @xl:109
-    xl_lo, xl_hi = 0, span  # @xl:110
+        need = xl_pieces.result()  # @xl:111
+    xl_lo, xl_hi = 0, span  # @xl:112
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:110
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:112
         drafts = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -535,12 +535,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 110, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 110, 2359296)], 16384, 110, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)], 16384, 112, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
-        drafts = xl_pieces.result()  # @xl:110
-    xl_lo, xl_hi = 0, span  # @xl:111
+        drafts = xl_pieces.result()  # @xl:112
+    xl_lo, xl_hi = 0, span  # @xl:113
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= max_(cp, tp))) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:111
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= max_(cp, tp))) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:113
         drafts_above_tp = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -549,12 +549,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= v_max(I32(cp), I32(tp)))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 111, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 111, 2359296)], 16384, 111, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= v_max(I32(cp), I32(tp)))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)], 16384, 113, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
-        drafts_above_tp = xl_pieces.result()  # @xl:111
-    xl_lo, xl_hi = 0, span  # @xl:112
+        drafts_above_tp = xl_pieces.result()  # @xl:113
+    xl_lo, xl_hi = 0, span  # @xl:114
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:112
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:114
         convert_lo = reduce_list(xl_vals, xl_lo, I32, 'min')
     else:
         xl_pieces = Pieces('min', I32)
@@ -563,12 +563,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)], 16384, 112, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(MAX_REQ_PAGES))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)], 16384, 114, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(MAX_REQ_PAGES))
             xl_pieces.add(xl_L, xl_v)
-        convert_lo = xl_pieces.result()  # @xl:112
-    xl_lo, xl_hi = 0, span  # @xl:113
+        convert_lo = xl_pieces.result()  # @xl:114
+    xl_lo, xl_hi = 0, span  # @xl:115
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else -1) for k in range(xl_lo, xl_hi)]  # @xl:113
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else -1) for k in range(xl_lo, xl_hi)]  # @xl:115
         convert_hi = reduce_list(xl_vals, xl_lo, I32, 'max')
     else:
         xl_pieces = Pieces('max', I32)
@@ -577,9 +577,9 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)], 16384, 113, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(-1))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)], 16384, 115, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(-1))
             xl_pieces.add(xl_L, xl_v)
-        convert_hi = xl_pieces.result()  # @xl:113
+        convert_hi = xl_pieces.result()  # @xl:115
     r.kv_missing_committed = missing_committed
     r.kv_need = need
     r.kv_drafts = drafts
@@ -588,7 +588,7 @@ def stage_kv_plan(r, sh, p):
     r.kv_convert_hi = convert_hi
 
 
-# stages/kv.xl:122: collective kv_manage
+# stages/kv.xl:124: collective kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
@@ -603,7 +603,7 @@ def stage_kv_manage(r, sh, p, xw):
     graft_wait = False
     grafted = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:135
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:137
         if (g > 0):
             grafted = True
             for xl_p in range(0, 16384):
@@ -611,7 +611,7 @@ def stage_kv_manage(r, sh, p, xw):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:144
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:146
                     else:
                         graft_wait = True
             run = 0
@@ -622,8 +622,8 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 4456448))  # @xl:159
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 4521984)]  # @xl:160
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 4456448))  # @xl:161
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 4521984)]  # @xl:162
             r.kv_borrowed = run
             r.kv_held = run
     missing_committed = r.kv_missing_committed
@@ -640,9 +640,9 @@ def stage_kv_manage(r, sh, p, xw):
         k = wrap_i32(r.kv_convert_lo + i)
         if (k > r.kv_convert_hi):
             break
-        pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:190
-        if ((pg >= 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.DRAFT)):  # @xl:191
-            xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 4390912))  # @xl:192
+        pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:192
+        if ((pg >= 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.DRAFT)):  # @xl:193
+            xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 4390912))  # @xl:194
             d_draft = wrap_i32(d_draft - 1)
             d_committed = wrap_i32(d_committed + 1)
     if (((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)) and (missing_committed == 0)):
@@ -680,15 +680,15 @@ def stage_kv_manage(r, sh, p, xw):
             break
         pg = (r.kv_pages[k] if (k < held) else -1)
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4718592)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:250
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4718592)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:252
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:252
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 4325376))  # @xl:253
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 4456448))  # @xl:254
-            xw.put('page_slot', k, check_index(pg, 16384, 4587520))  # @xl:255
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 4390912))  # @xl:256
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:254
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 4325376))  # @xl:255
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 4456448))  # @xl:256
+            xw.put('page_slot', k, check_index(pg, 16384, 4587520))  # @xl:257
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 4390912))  # @xl:258
             r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1)  # @xl:258
+            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1)  # @xl:260
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -698,29 +698,29 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 4456448))  # @xl:271
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.COMMITTED)):  # @xl:272
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 4456448))  # @xl:273
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.COMMITTED)):  # @xl:274
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:275
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:276
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:277
-                if (sh.page_used[check_index(pg, 16384, 4653056)] != 0):  # @xl:278
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:279
-                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:280
-                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:282
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:277
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:278
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:279
+                if (sh.page_used[check_index(pg, 16384, 4653056)] != 0):  # @xl:280
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:281
+                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:282
+                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:284
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4325376))  # @xl:289
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4325376))  # @xl:291
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:294
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:296
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:296
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:297
-                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:298
+            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:298
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:299
+                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:300
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -733,7 +733,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:316
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:318
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -760,7 +760,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:354: collective kv_collect
+# stages/kv.xl:356: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -768,13 +768,13 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:357
+    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:359
     dead = 0
     for q in range(0, 16384):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:364
+        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:366
             dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -783,22 +783,22 @@ def stage_kv_collect(r, sh, p, xw):
         if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
             break
         pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:376
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:377
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:378
-            xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:379
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:380
-            xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:381
+        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:378
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:379
+            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:380
+            xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:381
+            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:382
+            xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:383
             xw.add('kv_committed', wrap_i32(-1), wrap_i32)
             xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:384
+            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:386
             slot = wrap_i32(slot + 1)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:403: collective kv_evict
+# stages/kv.xl:405: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -810,7 +810,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:411
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:413
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -829,16 +829,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:435
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:436
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:437
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:438
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:439
-                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:440
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:441
-                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:442
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:443
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:444
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:437
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:438
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:439
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:440
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:441
+                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:442
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:443
+                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:444
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:445
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:446
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -863,9 +863,9 @@ STAGES = [
     ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
-    ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 62),
-    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 122),
-    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 354),
-    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 403),
+    ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64),
+    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124),
+    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 356),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 405),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]
