@@ -56,7 +56,7 @@ def buffers(teams: int, capacity: int, mode="deterministic", team_warps=1):
                                2, 64)
 
 
-def deterministic_run(program, rounds=3, capacity=256, stage_ns=(300, 700, 1100, 200)):
+def deterministic_run(program, rounds=3, capacity=256, stage_ns=(300, 700, 1100, 200, 100)):
     """What xl_run_deterministic writes for 2 blocks of 2 warps (teams 0 and 2 in block 0 on SM
     4, teams 1 and 3 in block 1 on SM 9; team = warp * blocks + block), one request per team
     per round, requests 10 + team; block 0 runs phase 2 (its three collective stages, the retire
@@ -222,7 +222,7 @@ def test_the_profile_sums_the_events(program):
     assert rows[("request", "decode (stage)")].events == 8
     assert rows[("request", "decode (stage)")].total_us == pytest.approx(2 * 0.7 * (1 + 2 + 3 + 4))
     assert rows[(None, "request")].events == 8
-    stages_us = 2 * (0.3 + 0.7 + 1.1 + 0.2) * 10
+    stages_us = 2 * (0.3 + 0.7 + 1.1 + 0.2 + 0.1) * 10
     assert rows[("request", "(outside its parts)")].total_us == pytest.approx(8 * 0.13)  # copy in 50 + decision 80 ns
     assert rows[(None, "request")].total_us == pytest.approx(stages_us + 8 * 0.13)
     assert rows[("phase 2", "kv_manage (collective)")].events == 4 and rows[("phase 2", "kv_manage (collective)")].mean_us == 0.9
@@ -295,7 +295,7 @@ def test_capacity_is_sized_from_the_launch(program):
     one = gpu.timeline_capacity(program, teams=528, requests=32, max_active=32, mode="deterministic")
     # a share of one request: it and its stages, its barrier, and block 0's phase 2 and its parts
     stages, phase2 = len(program.per_request_stages), len(program.phase2_stages)
-    assert (stages, phase2) == (4, 3)  # xl_spec: prefill, decode, spec_verify, commit; 3 KV stages
+    assert (stages, phase2) == (5, 3)  # xl_spec: prefill, decode, spec_verify, commit, kv_plan; 3 KV stages
     assert one == (1 * (stages + 3) + 4 + phase2) * gpu.TIMELINE_ROUNDS
     many = gpu.timeline_capacity(program, teams=4, requests=100_000, max_active=4096, mode="deterministic")
     assert many * 4 * gpu.TIMELINE_WORDS * 4 <= gpu.TIMELINE_MAX_BYTES
