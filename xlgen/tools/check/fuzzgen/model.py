@@ -70,7 +70,7 @@ POOL_NASTY_NAMES = ["pool_read", "pool_write", "new_pool", "pool_element", "POOL
 
 # Never usable as xl names: the grammar's keywords, the checker's reserved names, the prelude's builtins.
 _NOT_NAMES = {
-    "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn", "stage",
+    "pipeline", "import", "const", "param", "enum", "flags", "request", "shared", "builtin", "warp", "fn", "proc", "stage",
     "arbiter", "trace", "done", "when", "let", "if", "elif", "else", "for", "in", "break", "continue", "return",
     "has", "true", "false", "as", "req_id", "min", "max", "abs", "clamp", "sqrt", "i32", "u32", "f32", "bool",
     "hash_u32", "verify_prefix", "target_token", "draft_token", "lanes", "tensor", "exp", "log", "tanh", "rsqrt",
