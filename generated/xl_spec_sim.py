@@ -857,15 +857,15 @@ def is_done(r, sh, p):
 
 
 # (name, index, runs in phase 2 (arbiter or collective), guard, body, trace index or None,
-#  trace function or None, kind, .xl line)
+#  trace function or None, kind, .xl line, .xl file)
 STAGES = [
-    ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill, 'stage', 10),
-    ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10),
-    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9),
-    ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6),
-    ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64),
-    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124),
-    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 356),
-    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 405),
+    ('prefill', 0, False, guard_prefill, stage_prefill, 0, trace_prefill, 'stage', 10, 'stages/prefill.xl'),
+    ('decode', 1, False, guard_decode, stage_decode, None, None, 'stage', 10, 'stages/decode.xl'),
+    ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9, 'stages/verify.xl'),
+    ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6, 'stages/commit.xl'),
+    ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64, 'stages/kv.xl'),
+    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124, 'stages/kv.xl'),
+    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 356, 'stages/kv.xl'),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 405, 'stages/kv.xl'),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

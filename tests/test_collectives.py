@@ -266,3 +266,19 @@ done when true
     line = compiled.program.stage("spin").loc.line
     running = [row for row in stopped.value.report.splitlines() if "(running)" in row]
     assert len(running) == 1 and "spin" in running[0] and f"slow.xl:{line}" in running[0], stopped.value.report
+
+
+def test_a_timeout_in_an_imported_stage_names_its_file(tmp_path):
+    """The hang report's source column is the stopped stage's own file, not the main file's name."""
+    (tmp_path / "spin.xl").write_text("request {\n    n: u32\n}\n\nstage spin {\n    for i in 0..1048576 {\n"
+                                      "        for j in 0..1048576 {\n            n = n * 3u + (i as u32) + (j as u32)\n"
+                                      "        }\n    }\n}\n")
+    (tmp_path / "main.xl").write_text('pipeline slow\nimport "spin.xl"\n\ndone when true\n')
+    from xlgen.backends.build import load
+
+    compiled = load(tmp_path / "main.xl")
+    with pytest.raises(sim.SimHang) as stopped:
+        sim.run_stoppable(compiled.sim_module(), {}, [{}], sim.LaunchConfig(max_active=1), 0.3)
+    running = [row for row in stopped.value.report.splitlines() if "(running)" in row]
+    line = compiled.program.stage("spin").loc.line  # (no statement of it can fail: the stage's line)
+    assert len(running) == 1 and f"{tmp_path / 'spin.xl'}:{line}" in running[0], stopped.value.report

@@ -252,6 +252,7 @@ class PyEmitter:
             "kind": s.kind,
             "phase2": s.in_phase2,
             "line": s.loc.line,
+            "file": s.loc.file,
             "loc": loc,
             "guard": self._line(0, f"return {self.expr(s.guard)}", s.guard, may_raise(s.guard)).strip()
             if s.guard is not None else "return True",

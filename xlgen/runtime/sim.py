@@ -433,7 +433,8 @@ def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> s
         stage = turn.f_locals.get("stage")
         name = stage[0] if stage is not None else "(done when)"
         line = _error_line(exc, module.__file__) or (stage[8] if stage is not None else 0)
-        lines.append(f"{running:>7}  {rnd:>5}  {name:<16}  {module.SOURCE}:{line}  (running)")
+        file = stage[9] if stage is not None else module.SOURCE  # the stage's own file (imported stages)
+        lines.append(f"{running:>7}  {rnd:>5}  {name:<16}  {file}:{line}  (running)")
         if stage is not None and not stage[2] and running in active:  # phase 1: those before it are through
             done_before = set(active[: active.index(running)])
     others = [req_id for req_id in active if req_id != running]
