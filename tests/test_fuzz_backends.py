@@ -235,3 +235,26 @@ def test_fast_mode_agrees_with_interleaved_simulator(seed):
         mp.setenv("XLGEN_CACHE", tmp)
         check_case(generate(seed, schedule_free=True), "gpu-fast")
         check_case(generate(seed), "gpu-fast")  # arbiters, collectives, pools: what every schedule holds
+
+
+def test_programs_with_collectives_get_a_crowd_launch():
+    """A program with a collective stage also runs hundreds of requests at once (their
+    participants span many warps and blocks); drawn on a stream of its own, it leaves the
+    seed's other launches as they were."""
+    from xlgen.tools.check.fuzzgen.base import Generator
+
+    crowds = 0
+    for seed in range(30):
+        case = generate(seed)
+        g = Generator(seed)
+        assert g.program() == case.source
+        alone = [g.launch() for _ in range(3)]  # without the crowd launch drawn first
+        assert [(ln.inputs, ln.max_active, ln.max_rounds) for ln in alone] == \
+            [(ln.inputs, ln.max_active, ln.max_rounds) for ln in case.launches[:3]]
+        if "\ncollective " in case.source:
+            crowds += 1
+            crowd = case.launches[3]
+            assert len(case.launches) == 4 and 150 <= len(crowd.inputs) <= 400 and crowd.max_active >= 64
+        else:
+            assert len(case.launches) == 3
+    assert crowds >= 10

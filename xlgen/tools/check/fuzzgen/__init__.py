@@ -1,7 +1,8 @@
 """Random well-typed xl programs for differential testing of the backends (Csmith-style).
 
 `generate(seed)` returns a `FuzzCase`: the source of one complete pipeline and a
-few launches for it (params, per-request inputs, launch settings). Everything is
+few launches for it (params, per-request inputs, launch settings); a program with a
+collective stage also gets a launch of hundreds of requests (`crowd_launch`). Everything is
 a function of the seed (`random.Random(seed)`), so a failing case is reproduced,
 and shrunk by hypothesis (`programs()`), by its seed alone.
 

@@ -259,14 +259,25 @@ class ProgramGen:
             return self.rng.randrange(len(self.enums[t]))
         return self.rng.randrange(1 << len(self.flagsets[t]))
 
-    def launch(self) -> Launch:
+    def crowd_launch(self) -> Launch:
+        """A launch of hundreds of requests (programs with a collective stage): its participants
+        span many warps and blocks, and the collectives many chunks of a block. Drawn on a stream
+        of its own, so the other launches of a seed stay what they were."""
+        main, self.rng = self.rng, random.Random(f"crowd {self.seed}")
+        try:
+            launch = self.launch(requests=self.rng.randrange(150, 401))
+            return Launch(launch.params, launch.inputs, self.pick([64, 128, 256, 512]), self.pick([2, 4, 8]))
+        finally:
+            self.rng = main
+
+    def launch(self, requests: int | None = None) -> Launch:
         params = {p.name: self.value(p.type) for p in self.params if self.chance(0.5)}
         for name, dims in self.tensors:  # every tensor is bound: edge values and ordinary ones
             size = math.prod(dims)
             values = [self.value("f32") for _ in range(size)]
             params[name] = struct_f32(values).reshape(dims)
         inputs = []
-        for _ in range(self.rng.randrange(1, 7)):
+        for _ in range(requests if requests is not None else self.rng.randrange(1, 7)):
             inp = {}
             for f in self.fields:
                 if f.name == self.count_field:

@@ -12,7 +12,8 @@ def generate(seed: int, launches: int = 3, nasty_names: bool = True, schedule_fr
     pools, the programs fast mode must reproduce exactly)."""
     g = Generator(seed, nasty_names=nasty_names, schedule_free=schedule_free)
     source = g.program()
-    return FuzzCase(seed, source, [g.launch() for _ in range(launches)])
+    crowd = [g.crowd_launch()] if "\ncollective " in source and launches > 0 else []
+    return FuzzCase(seed, source, [g.launch() for _ in range(launches)] + crowd)
 
 
 def programs(launches: int = 3, nasty_names: bool = True):
