@@ -128,9 +128,7 @@ def line_file(program: ir.Program, stage: int, line: int) -> str:
     """The file of line `line` of a runtime error in `stage` (NO_STAGE: 'done when'). An error
     record keeps the line only: this is the stage's own file, unless only code of another file
     that the stage runs is on that line (a proc's body or a function, imported)."""
-    in_stage = stage != NO_STAGE and stage < len(program.stages)
-    code = (program.stages[stage].guard, program.stages[stage].body) if in_stage else (program.done,)
-    own = program.stages[stage].loc.file if in_stage else program.main_file
+    code, own = _stage_code(program, stage)
     files = {loc.file for loc in _locs(code, {f.name: f for f in program.functions}) if loc.line == line}
     return own if not files or own in files else " or ".join(sorted(files))
 
@@ -138,8 +136,15 @@ def line_file(program: ir.Program, stage: int, line: int) -> str:
 def line_site(program: ir.Program, stage: int, line: int) -> str:
     """`line N`, or `line N of FILE` where the line is in another file than the stage's (line_file)."""
     file = line_file(program, stage, line)
-    own = program.stages[stage].loc.file if stage != NO_STAGE and stage < len(program.stages) else program.main_file
-    return f"line {line}" if file == own else f"line {line} of {file}"
+    return f"line {line}" if file == _stage_code(program, stage)[1] else f"line {line} of {file}"
+
+
+def _stage_code(program: ir.Program, stage: int):
+    """The code a stage runs (NO_STAGE: 'done when') and the file it is declared in."""
+    if stage == NO_STAGE or stage >= len(program.stages):
+        return (program.done,), program.main_file
+    s = program.stages[stage]
+    return (s.guard, s.body), s.loc.file
 
 
 def _locs(code, functions: dict):
