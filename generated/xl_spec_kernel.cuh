@@ -525,6 +525,7 @@ XL_DEVICE bool guard_prefill(XlErr& err, const Request& r, const Shared& sh, con
 
 XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
+    XL_LINE_START();
     if (r.kv_borrowed > 0) {
         XL_WARP_STORE(r.req_flags, (r.req_flags | ReqFlag::GRAFTED));
     }
@@ -542,6 +543,7 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
     }
     XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
     XL_WARP_STORE(r.state, ((r.token_limit > 0) ? ReqState::DECODE_READY : ReqState::DONE));
+    XL_LINE_MARK(0);  // stages/prefill.xl:10 in prefill (the stage's end)
     return err;
 }
 
@@ -561,6 +563,7 @@ XL_DEVICE bool guard_decode(XlErr& err, const Request& r, const Shared& sh, cons
 
 XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
+    XL_LINE_START();
     [[maybe_unused]] int32_t pos = xl_add(r.prompt_len, r.n_out);
     XL_WARP_STORE(r.draft_len, xl_min(r.current_block_size, xl_sub(r.token_limit, r.n_out)));
     [[maybe_unused]] int32_t prev = r.last_token;
@@ -576,6 +579,7 @@ XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int3
         prev = d;
     }
     XL_WARP_STORE(r.state, ReqState::VERIFY_READY);
+    XL_LINE_MARK(1);  // stages/decode.xl:10 in decode (the stage's end)
     return err;
 }
 
@@ -586,6 +590,7 @@ XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh,
 
 XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
+    XL_LINE_START();
     [[maybe_unused]] int32_t pos = xl_add(r.prompt_len, r.n_out);
     {
         const int32_t xl_lo = 0;
@@ -602,6 +607,7 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         });
         if (xl_failed(err)) return err;
     }
+    XL_LINE_MARK(2);  // stages/verify.xl:15 in spec_verify
     {
         const int32_t xl_v = xl_b_verify_prefix(err, 1, 19, r.draft_tokens, 128, r.target_tokens, 129, r.draft_len);
         if (xl_failed(err)) return err;
@@ -619,6 +625,7 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
     }
     XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
     XL_WARP_STORE(r.state, ReqState::COMMIT_READY);
+    XL_LINE_MARK(3);  // stages/verify.xl:9 in spec_verify (the stage's end)
     return err;
 }
 
@@ -635,6 +642,7 @@ XL_DEVICE bool guard_commit(XlErr& err, const Request& r, const Shared& sh, cons
 
 XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
+    XL_LINE_START();
     [[maybe_unused]] bool finished = false;
     [[maybe_unused]] int32_t appended = 0;
     for (int32_t j = 0; j < 129; ++j) {
@@ -662,6 +670,7 @@ XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int3
     XL_WARP_STORE(r.iterations, xl_add(r.iterations, 1));
     XL_WARP_STORE(r.last_commit_len, appended);
     XL_WARP_STORE(r.state, (finished ? ReqState::DONE : ReqState::DECODE_READY));
+    XL_LINE_MARK(4);  // stages/commit.xl:6 in commit (the stage's end)
     return err;
 }
 
@@ -679,6 +688,7 @@ XL_DEVICE bool guard_kv_plan(XlErr& err, const Request& r, const Shared& sh, con
 
 XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
+    XL_LINE_START();
     [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);
     [[maybe_unused]] int32_t pool_size = xl_clamp(p.pool_pages, 1, MAX_PAGES);
     if (r.kv_prev_tick < 0) {
@@ -726,6 +736,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
             return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < cp)) ? 1 : 0);
         });
     }
+    XL_LINE_MARK(5);  // stages/kv.xl:110 in kv_plan
     [[maybe_unused]] int32_t need = {};
     {
         const int32_t xl_lo = 0;
@@ -735,6 +746,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
             return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < tp)) ? 1 : 0);
         });
     }
+    XL_LINE_MARK(6);  // stages/kv.xl:111 in kv_plan
     [[maybe_unused]] int32_t drafts = {};
     {
         const int32_t xl_lo = 0;
@@ -745,6 +757,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         });
         if (xl_failed(err)) return err;
     }
+    XL_LINE_MARK(7);  // stages/kv.xl:112 in kv_plan
     [[maybe_unused]] int32_t drafts_above_tp = {};
     {
         const int32_t xl_lo = 0;
@@ -755,6 +768,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         });
         if (xl_failed(err)) return err;
     }
+    XL_LINE_MARK(8);  // stages/kv.xl:113 in kv_plan
     [[maybe_unused]] int32_t convert_lo = {};
     {
         const int32_t xl_lo = 0;
@@ -767,6 +781,7 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         convert_lo = xl_best_value(xl_best, xl_at, false);
         if (xl_failed(err)) return err;
     }
+    XL_LINE_MARK(9);  // stages/kv.xl:114 in kv_plan
     [[maybe_unused]] int32_t convert_hi = {};
     {
         const int32_t xl_lo = 0;
@@ -779,12 +794,14 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         convert_hi = xl_best_value(xl_best, xl_at, true);
         if (xl_failed(err)) return err;
     }
+    XL_LINE_MARK(10);  // stages/kv.xl:115 in kv_plan
     XL_WARP_STORE(r.kv_missing_committed, missing_committed);
     XL_WARP_STORE(r.kv_need, need);
     XL_WARP_STORE(r.kv_drafts, drafts);
     XL_WARP_STORE(r.kv_drafts_above_tp, drafts_above_tp);
     XL_WARP_STORE(r.kv_convert_lo, convert_lo);
     XL_WARP_STORE(r.kv_convert_hi, convert_hi);
+    XL_LINE_MARK(11);  // stages/kv.xl:64 in kv_plan (the stage's end)
     return err;
 }
 

@@ -7,6 +7,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # (without SCHEDULE_FREE: what every schedule holds)
     GROUPED=1 python3 scripts/fuzz_many.py ...                 # only programs with a weight-once loop
                                                                # (backends/grouping.py: ~4% of them)
+    ROWS=1 python3 scripts/fuzz_many.py ...                    # only programs with a loop run in tiles of
+                                                               # rows (grouping.rows_plan)
     PROCS=1 python3 scripts/fuzz_many.py ...                   # only programs using procs (~22% of them)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
@@ -39,7 +41,10 @@ def one(seed: int):
         return seed, None, pools, False
     try:
         compiled = load_text(case.source, name="fuzz.xl")
-        if os.environ.get("GROUPED") == "1" and "xl_lanes_grouped<" not in gpu.single_source(compiled):
+        source = gpu.single_source(compiled)
+        if os.environ.get("GROUPED") == "1" and "xl_sum_group<" not in source:
+            return seed, None, pools, False
+        if os.environ.get("ROWS") == "1" and "xl_sum_rows<" not in source:
             return seed, None, pools, False
         problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","), compiled=compiled)
         return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools, True

@@ -76,12 +76,34 @@ def weights():
     return {"w": (np.arange(8 * 40, dtype=np.float32).reshape(8, 40) / 7.0 - 20.0)}
 
 
+def agrees(compiled, params, inputs, team_warps=None):
+    """The simulator's result, after checking the CPU build (team_warps None) or the GPU with a
+    team of that many warps against it, bit for bit."""
+    config = sim.LaunchConfig(max_active=len(inputs), max_rounds=5)
+    want = sim.run(compiled.sim_module(), params, inputs, config)
+    if team_warps is None:
+        got = cpu.run(compiled, params, inputs, config)
+    else:
+        gpu = pytest.importorskip("xlgen.runtime.gpu")
+        if not gpu.available():
+            pytest.skip("needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
+        got = gpu.run(compiled, params, inputs, config, mode="deterministic", team_warps=team_warps)
+    assert compare(compiled.program, want, got) is None
+    return want
+
+
 def test_the_pass_is_grouped_with_the_weight_read_once():
     compiled = load_text(PASS, "passes.xl")
     code = kernel(compiled)
     # bound 40 (y, z of P * K), K = 8: groups of up to 5 positions
-    assert "xl_lanes_grouped<true, 8, 5>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40" in code
+    assert "xl_lanes_grouped<true, 8, 5, true>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40" in code
     assert code.count("xl_sum_group<float, 5>") == 3
+    # and with fewer positions, a tile of rows of one position: the activation read once per
+    # element for every row, each row's tail on its own lane
+    assert code.count("xl_sum_rows<float, xl_R, false>") == 3
+    assert "return xl_fmul(p.w[(xl_idx_v(xl_chk, err, 1, " in code and ", xl_w);" in code
+    assert "xl_rows_tails<xl_R>(xl_rlo, xl_rhi, [&](int32_t xl_ri) {" in code
+    assert "XL_LANE_STORE(r.z[xl_i], xl_v);" in code  # a row's tail stores on its lane
     # the weight is read once per element for every position of the group; a sum with no
     # weight (c) reads nothing once
     assert re.search(r"return p\.w\[\(xl_idx_v\(xl_chk, err, 1, \d+, i, 8, \d+\)\) \* 40 \+ \(int32_t\)\(j\)\]; \},", code)
@@ -119,19 +141,175 @@ def test_what_is_not_grouped():
     assert grouping.plan(loop, None) is None and grouping.plan(loop, 8) is None  # one position per group
 
 
+def test_which_loops_run_rows_together():
+    def plan_of(body: str):
+        source = PASS.replace(PASS[PASS.index("    lanes for"):PASS.index("    done_ = true")], body)
+        return [grouping.rows_plan(s) for s in lanes_loops(load_text(source, "passes.xl"))]
+
+    split = "        let t = e / K\n        let i = e % K\n"
+    rows = plan_of("    lanes for e in 0..n * K {\n" + split
+                   + "        let a = sum(j in 0..40: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n")[0]
+    assert rows.k == 8 and rows.positions == ("t",) and rows.rows == ("i",) and [r.name for r in rows.sums] == ["a"]
+    # a sum whose range depends on the position: the same for every row of a tile
+    assert plan_of("    lanes for e in 0..n * K {\n" + split
+                   + "        let a = sum(j in 0..t + 1: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") != [None]
+    # ... but not one whose range depends on the row: it stays in the tail, which a lane cannot run
+    assert plan_of("    lanes for e in 0..n * K {\n" + split
+                   + "        let a = sum(j in 0..i + 1: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") == [None]
+    # a reduction in the tail
+    assert plan_of("    lanes for e in 0..n * K {\n" + split + "        let a = sum(j in 0..40: w[i, j])\n"
+                   + "        let m = max(j in 0..40: x[t * 40 + j] * a)\n        y[e] = m\n    }\n") == [None]
+    # no split: the iteration is the row (any loop of sums), whatever its bound
+    plain = plan_of("    lanes for e in first..n {\n"
+                    + "        let a = sum(j in 0..40: w[e % K, j] * x[j])\n        y[e] = a\n    }\n")[0]
+    assert plain.k is None and plain.rows == () and plain.positions == ()
+
+
+# Rows without a split (like examples/gemv): a tile is R consecutive iterations of lo..hi, any
+# lo and hi, the tail failing for some rows.
+ROWS = """pipeline rows
+tensor w: f32[40, 70]
+request {
+    lo: i32
+    hi: i32
+    limit: i32 = 100
+    x: f32[70]
+    y: f32[40]
+    done_: bool
+}
+stage pass when !done_ {
+    lanes for i in lo..hi {
+        let a = sum(j in 0..70: w[i, j] * x[j])
+        let b = sum(j in 3..lo % 7 + 60: x[j] - w[i, j])
+        y[i] = (i > limit ? x[70 + i] : a) + b
+    }
+    done_ = true
+}
+trace pass: y
+done when done_
+"""
+
+
+# (lo, hi, limit): ranges from 0, mid-tile and past `y`, empty, and tails failing past `limit`
+ROWS_CASES = [(0, 40, 100), (0, 1, 100), (3, 37, 100), (5, 40, 20), (0, 40, 0), (-2, 9, 100), (7, 7, 100),
+              (30, 41, 100)]
+
+
+def rows_launch(seed: int, cases):
+    rng = np.random.default_rng(seed)
+    inputs = [{"lo": lo, "hi": hi, "limit": limit, "x": rng.standard_normal(70).astype(np.float32).tolist()}
+              for lo, hi, limit in cases]
+    return {"w": rng.standard_normal((40, 70)).astype(np.float32)}, inputs
+
+
+def test_rows_without_a_split_cpu_equals_the_simulator():
+    compiled = load_text(ROWS, "rows.xl")
+    code = kernel(compiled)
+    assert "xl_lanes_grouped<true, 40, 1, false>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40" in code
+    assert code.count("xl_sum_rows<float, xl_R, false>") == 2
+    want = agrees(compiled, *rows_launch(3, ROWS_CASES))
+    errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
+    assert errors == {3, 4, 5, 7}, errors  # a failing tail (3, 4); ranges past the arrays (5, 7)
+
+
+# Rows whose sums read a pool: a request reads its own page (rows below 20) or `other` (a page
+# another request owns: NOT_OWNER; or past the pool: INDEX). A tile in which an element failed
+# runs again an iteration at a time (xl_lanes_grouped), where the lowest failing one is found.
+ROWS_POOL = """pipeline rows_pool
+const PAGES: i32 = 8
+pool kv: f32[PAGES, 32] owned by page_owner
+shared {
+    page_owner: i32[PAGES] = -1
+}
+request {
+    page: i32 = -1
+    other: i32
+    lo: i32
+    hi: i32
+    x: f32[40]
+    y: f32[40]
+    done_: bool
+}
+arbiter grant when page == -1 {
+    page_owner[req_id] = req_id
+    page = req_id
+}
+stage fill when page >= 0 && !done_ {
+    lanes for j in 0..32 {
+        kv[page, j] = x[j] * 2.0 - 1.0
+    }
+    lanes for i in lo..hi {
+        let a = sum(j in 0..32: kv[i < 20 ? page : other, j] * x[i])
+        let b = sum(j in 0..32: x[j + other * 2])
+        y[i] = a + b
+    }
+    done_ = true
+}
+trace fill: y
+done when done_
+"""
+
+
+def rows_pool_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    cases = [(0, 0, 40), (0, 1, 40), (1, 9, 33), (3, 3, 20), (2, 5, 40), (8, 8, 40), (4, 30, 31), (6, 0, 17)]
+    return [{"other": other, "lo": lo, "hi": hi, "x": rng.standard_normal(40).astype(np.float32).tolist()}
+            for other, lo, hi in cases]
+
+
+def test_rows_reading_a_pool_cpu_equals_the_simulator():
+    compiled = load_text(ROWS_POOL, "rows_pool.xl")
+    assert "if (xl_sum_rows<float, xl_R, true>(" in kernel(compiled)
+    want = agrees(compiled, {}, rows_pool_inputs(11))
+    errors = {int(r[0]): int(r[4]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
+    # NOT_OWNER (1 reads page 0, 2 page 1, 4 page 2, 6 page 4 at rows >= 20), INDEX (5 reads page 8;
+    # 7 reads x past its end in b, the part of the element the same for every row)
+    assert sorted(errors) == [1, 2, 4, 5, 6, 7], errors
+
+
+def test_user_names_that_the_emitter_renames_do_not_clash_with_a_tiles():
+    """A user name the C++ emitter must rename (`r`, `p`, `std`: `xl_r`, ...) inside a tile of rows
+    or a group (fuzz seeds 5001046, 5001055 and 5001328 once did not compile)."""
+    source = """pipeline clash
+const K: i32 = 4
+tensor w: f32[K, 8]
+request {
+    n: i32
+    y: f32[8 * K]
+    done_: bool
+}
+stage s when !done_ {
+    lanes for e in 0..n * K {
+        let p = e / K
+        let std = e % K
+        let r = sum(j in 0..8: w[std, j] * (p as f32))
+        y[e] = r
+    }
+    done_ = true
+}
+trace s: y
+done when done_
+"""
+    compiled = load_text(source, "clash.xl")
+    code = kernel(compiled)
+    assert "xl_sum_rows<" in code and "xl_sum_group<" in code and "float xl_r = xl_sums0" in code
+    agrees(compiled, {"w": np.arange(32, dtype=np.float32).reshape(4, 8) / 3.0}, [{"n": n} for n in (1, 2, 8)])
+
+
 def test_the_real_pairs_matrix_vector_passes_are_grouped():
     code = kernel(load("stages/byte_spec.xl"))
     # target: qkv, wo, up, down, the LM head; draft: qkv, wo, up, down
-    assert code.count("xl_lanes_grouped<") == 9
+    assert len(re.findall(r"xl_lanes_grouped<(true|false), \d+, 9, true>", code)) == 9
+    # ... and those, the draft's LM head (one position), each model's three norms (a loop over
+    # positions of one sum each) and its attention's weighted sum of V rows (a sum over the KV
+    # pool: its elements may fail, the owner check) run in tiles of rows when the pass has few
+    # positions
+    assert code.count("xl_rows_tails<xl_R>") == 18
+    assert code.count("if (xl_sum_rows<float, xl_R, true>(") == 2
 
 
 def test_cpu_build_equals_the_simulator():
-    compiled = load_text(PASS, "passes.xl")
-    inputs = inputs_for(CASES)
-    config = sim.LaunchConfig(max_active=len(inputs), max_rounds=5)
-    want = sim.run(compiled.sim_module(), weights(), inputs, config)
-    got = cpu.run(compiled, weights(), inputs, config)
-    assert compare(compiled.program, want, got) is None
+    want = agrees(load_text(PASS, "passes.xl"), weights(), inputs_for(CASES))
     errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
     # the failing tails (limit 5 and 0) and the range past the arrays (6 positions)
     assert errors == {3, 4, 6}, errors
@@ -140,15 +318,21 @@ def test_cpu_build_equals_the_simulator():
 @pytest.mark.gpu
 @pytest.mark.parametrize("team_warps", [1, 4, 16])
 def test_gpu_equals_the_simulator(team_warps):
-    gpu = pytest.importorskip("xlgen.runtime.gpu")
-    if not gpu.available():
-        pytest.skip("needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
-    compiled = load_text(PASS, "passes.xl")
-    inputs = inputs_for(CASES * 3)
-    config = sim.LaunchConfig(max_active=len(inputs), max_rounds=5)
-    want = sim.run(compiled.sim_module(), weights(), inputs, config)
-    got = gpu.run(compiled, weights(), inputs, config, mode="deterministic", team_warps=team_warps)
-    assert compare(compiled.program, want, got) is None
+    agrees(load_text(PASS, "passes.xl"), weights(), inputs_for(CASES * 3), team_warps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16])
+def test_gpu_rows_reading_a_pool_equal_the_simulator(team_warps):
+    agrees(load_text(ROWS_POOL, "rows_pool.xl"), {}, rows_pool_inputs(12), team_warps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 2, 16])
+def test_gpu_rows_without_a_split_equal_the_simulator(team_warps):
+    """Tiles of 16, 8 and 2 rows (40 rows at most; 16 per tile at most): partial tiles, a range
+    starting mid-tile, failing tails, every row's sum from the transposed butterfly."""
+    agrees(load_text(ROWS, "rows.xl"), *rows_launch(5, (ROWS_CASES + [(1, 33, 100), (0, 17, 100)]) * 3), team_warps)
 
 
 def test_pass_cost_script_runs_on_the_cpu_build(tmp_path):

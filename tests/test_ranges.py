@@ -53,7 +53,7 @@ def test_a_matvec_loop_is_versioned_and_its_element_checks_proved():
     code = kernel(MATVEC)
     # y[e] and h[t * C + i] hold for e < 32: the loop runs them unchecked when hi <= 32 (and a
     # row at a time for up to 8 positions: grouping.py)
-    assert "xl_lanes_grouped<true, 4, 8>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 32" in code
+    assert "xl_lanes_grouped<true, 4, 8, true>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 32" in code
     # e % C, e / C: a non-negative e and a constant divisor; w[i, j]: i in 0..3, j in 0..7
     assert "xl_rem_nz(e, C)" in code and "xl_div_nz(e, C)" in code
     assert "return xl_fmul(p.w[((int32_t)(i)) * 8 + (int32_t)(j)], r.x[j]);" in code
@@ -89,6 +89,48 @@ done when k == 1
 """
     assert "xl_div(err" in kernel(source)  # not proved: the checked division stays
     run_both(source, [{}])
+
+
+NONZERO = """pipeline nonzero
+request {
+    n: i32
+    m: i32
+    lo: i32
+    out: i32[64]
+    k: i32
+}
+stage s when k == 0 {
+    let cols = m
+    let count = n * cols
+    lanes for e in 0..n * cols {
+        out[e] = e / cols + e % cols
+    }
+    lanes for e in lo..n * cols {
+        out[e + 8] = e / cols
+    }
+    let total = sum(j in 0..cols * 2: j / cols)
+    out[0] = total + count
+    k = 1
+}
+trace s: out
+done when k == 1
+"""
+
+
+def test_a_factor_of_a_ranges_end_is_not_zero_inside_it():
+    """`lanes for e in 0..n * cols`: an iteration means n * cols > 0, so cols != 0 (wrapping or
+    not, a product with a factor 0 is 0): e / cols needs no check. From `lo`, which may be
+    negative, nothing follows."""
+    code = kernel(NONZERO)
+    assert code.count("xl_div_nz(e, cols)") == 1 and "xl_rem_nz(e, cols)" in code
+    assert "xl_div(err, 1, 16, e, cols)" in code  # the loop from lo: checked
+    assert "xl_div_nz(j, cols)" in code  # a reduction over 0..cols * 2
+    # the same results and errors as the simulator: empty ranges (m = 0, n = 0), a range from
+    # lo = -3 (no zero divisor), a product that wraps to 0 (no iteration) and ranges past `out`
+    result = run_both(NONZERO, [{"n": 3, "m": 5}, {"n": 4, "m": 0}, {"n": 0, "m": 7}, {"n": 1, "m": 2, "lo": -3},
+                                {"n": 65536, "m": 65536}, {"n": 9, "m": 8}, {"n": 2, "m": 2, "lo": -9}])
+    errors = sorted(int(r[0]) for r in result.records if int(r[2]) == sim.KIND_ERROR)
+    assert errors == [5, 6], errors
 
 
 def test_wrapping_arithmetic_proves_nothing():

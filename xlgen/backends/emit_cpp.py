@@ -36,6 +36,7 @@ class CppEmitter:
         self.line = 0
         self.bail = "return err;"
         self.conds = 0  # names the temporaries of conditions that may fail
+        self.uses_err = False  # the code emitted names `err` (a check's sink or a call)
         # How a request field is stored: None, plainly; per-request stages: XL_WARP_STORE (one lane
         # of the team); a lanes loop: XL_LANE_STORE (each lane its own element); a lanes loop whose
         # iterations hold reductions: XL_ITER_STORE (one lane of the iteration's warp).
@@ -47,6 +48,8 @@ class CppEmitter:
         self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
         self.hoisted: dict[int, str] = {}  # id(subexpression) -> the C++ name holding its value
+        self.stage_name = ""  # the stage being emitted
+        self.line_sites: list[str] = []  # XL_LINE_MARK(k) of -DXL_PROFILE_LINES marks site k's file:line
 
     def array_site(self, base: ir.Var) -> int:
         return self.sites.array(base, self.in_function)
@@ -391,36 +394,64 @@ class CppEmitter:
         if not entry:
             by_warp += ", false"
         v = names.cpp(s.var)
-        group = self._group_plan(s, bound)
-        if bound is None:
-            lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
-        elif group is not None:  # weight-once: its fast path a row at a time (grouping.py)
+        group = self._group_plan(s, grouping.plan(s, bound))
+        tiles = self._group_plan(s, grouping.rows_plan(s))
+        if group or tiles:  # its fast path in tiles: a row's positions, or rows of a position (grouping.py)
             entry_sync = "true" if entry else "false"
-            lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {group.k}, {group.size}>(err, 1, xl_lo, xl_hi, "
-                         f"xl_lo >= 0 && xl_hi <= {bound}, [&](auto xl_chk, int32_t {v}, XlErr& err) {{")
+            split = group is not None or tiles.k is not None
+            k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
+            fast = f"xl_lo >= 0 && xl_hi <= {bound}" if bound is not None else ("xl_lo >= 0" if split else "true")
+            lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}>(err, 1, "
+                         f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
+        elif bound is None:
+            lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
         else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
             lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         lines += body
-        if group is not None:
-            lines += [f"{pad}{IND}}}, [&](int32_t xl_row, int32_t xl_t0, int32_t xl_n, XlLaneErr& xl_first) {{",
-                      *self._grouped_body(s, group, depth + 2)]
-        lines += [f"{pad}{IND}}});", f"{pad}{IND}if (xl_failed(err)) {outer_bail}", f"{pad}}}"]
-        return lines
+        after = f"{pad}{IND}}}"  # closes the body's lambda; then the tiles' lambdas (or XlNone)
+        if group or tiles:
+            parts = [("[&](int32_t xl_row, int32_t xl_t0, int32_t xl_n, XlLaneErr& xl_first) {",
+                      lambda: self._grouped_body(s, group, depth + 2)) if group else ("XlNone{}", None),
+                     ("[&](auto xl_rows, int32_t xl_t, int32_t xl_row0, int32_t xl_rlo, int32_t xl_rhi, "
+                      "XlLaneErr& xl_first) {", lambda: self._rows_body(s, tiles, depth + 2)) if tiles
+                     else ("XlNone{}", None)]
+            for head, inner in parts:
+                if inner is None:
+                    after += f", {head}"
+                else:
+                    lines += [f"{after}, {head}", *inner()]
+                    after = f"{pad}{IND}}}"
+        lines += [f"{after});", f"{pad}{IND}if (xl_failed(err)) {outer_bail}", f"{pad}}}"]
+        return lines + self._line_mark(s, depth)
 
-    def _group_plan(self, s: ir.Lanes, bound: int | None):
-        """grouping.plan, where nothing in the grouped part can fail on the fast path: the sums'
-        elements at most in the checked copy, their bounds never."""
-        group = grouping.plan(s, bound)
+    def _line_mark(self, s, depth: int, what: str = "") -> list[str]:
+        """-DXL_PROFILE_LINES's mark after a lanes loop or reduction of a per-request stage's own
+        code (not inside an iteration or element): the team's cycles up to here (xl_runtime.cuh)."""
+        if self.field_store != "XL_WARP_STORE" or self.bail != "return err;":
+            return []
+        self.line_sites.append(f"{s.loc.file}:{s.loc.line}")
+        return [f"{IND * depth}XL_LINE_MARK({len(self.line_sites) - 1});  // {self.line_sites[-1]} in {self.stage_name}{what}"]
+
+    def _group_plan(self, s: ir.Lanes, group):
+        """A plan of grouping.py (plan, rows_plan) whose head cannot fail on the fast path: its
+        lets and its sums' bounds never, the sums' elements at most in the checked copy (a tile
+        of rows may hold elements that fail: it then runs as the checked loop does)."""
         if group is None:
             return None
         self.fast = True
         try:
-            ok = all(self.raises(r.value) <= CHECKED_COPY and self.raises(r.start) == NEVER
-                     and self.raises(r.stop) == NEVER for r in group.sums)
+            ok = all(self.raises(x.value) == NEVER for x in group.lets) and all(
+                self.raises(r.start) == NEVER and self.raises(r.stop) == NEVER
+                and (isinstance(group, grouping.Rows) or self.raises(r.value) <= CHECKED_COPY) for r in group.sums)
         finally:
             self.fast = False
         return group if ok else None
+
+    def _head_lets(self, lets, inner: str) -> list[str]:
+        """The head's lets (cannot fail: _group_plan), evaluated where the iteration's are."""
+        return [f"{inner}[[maybe_unused]] const {cpp_ops.value_type(x.type)} {names.cpp(x.name)} = "
+                f"{self.statement_expr(x.value, x.loc.line)};" for x in lets]
 
     def _expr_and_err(self, e: ir.Expr, line: int) -> tuple[str, str]:
         """`e` in C++, and the declaration of the `err` its checks name (none if they name none)."""
@@ -431,67 +462,133 @@ class CppEmitter:
         finally:
             self.uses_err = saved or self.uses_err
 
+    def _tile_sums(self, sums, moving: set[str], depth: int, declare, run, which: str, lets) -> list[str]:
+        """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
+        runtime's `run(type, name, checked)` (xl_sum_group, xl_sum_rows): the part of the element
+        the same for every iteration of the tile (`moving`: the names that differ), the weight of
+        a group or the activation of a tile of rows, computed once per element as `xl_w`; the
+        element for iteration `which` (xl_g, xl_ri) after its `lets`. An element that may fail
+        (`checked`: a tile of rows only) reports into the runtime's `err`."""
+        pad = IND * depth
+        lines = []
+        for k, r in enumerate(sums):
+            t = cpp_ops.value_type(r.value.type)
+            acc = f"xl_sums{k}"
+            checked = self.raises(r.value) == ALWAYS
+            lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *self._lane_bounds(r, depth + 1)]
+            shared = grouping.invariant_operand(r.value, moving)
+            if shared is not None and self.raises(shared) == ALWAYS:
+                shared = None  # (its checks would go unseen: they stay in the element)
+            j = names.cpp(r.var)
+            if shared is not None:
+                wt = cpp_ops.value_type(shared.type)
+                pre, pre_err = self._expr_and_err(shared, r.loc.line)
+                pre = f"[&](int32_t {j}) -> {wt} {{ {pre_err}return {pre}; }},"
+                self.hoisted[id(shared)] = "xl_w"
+            else:
+                wt, pre = "int32_t", "[](int32_t) -> int32_t { return 0; },"
+            try:
+                value, value_err = self._expr_and_err(r.value, r.loc.line)
+            finally:
+                self.hoisted.pop(id(shared), None)
+            err_param = ", XlErr& err" if checked else ""
+            lines += [f"{pad}{IND}{run(t, acc, checked)}",
+                      f"{pad}{IND * 2}{pre}",
+                      f"{pad}{IND}[&](int32_t {which}, int32_t {j}, [[maybe_unused]] {wt} xl_w{err_param}) -> {t} {{",
+                      *lets(pad + IND * 2),
+                      f"{pad}{IND * 2}{'' if checked else value_err}return {value};",
+                      f"{pad}{IND}}}){' == false) return false;' if checked else ';'}",
+                      f"{pad}}}"]
+        return lines
+
+    def _tile_tail(self, s: ir.Lanes, sums, tail, depth: int, sum_of: str, store: str) -> list[str]:
+        """One iteration's tail in a lambda of its own, so that a failing statement ends only
+        that iteration (bail: return); its error is noted with its index. Its sums are
+        xl_sums<k>`sum_of`; its stores `store`."""
+        pad = IND * depth
+        lines = [f"{pad}XlErr xl_e = {{0, 0, 0}};", f"{pad}[&](XlErr& err) {{"]
+        lines += [f"{pad}{IND}[[maybe_unused]] {cpp_ops.value_type(r.type)} {names.cpp(r.name)} = xl_sums{k}{sum_of};"
+                  for k, r in enumerate(sums)]
+        self.bail, self.field_store = "return;", store
+        self.after_lanes = False
+        lines += self.block(tail, depth + 1)
+        return lines + [f"{pad}}}(xl_e);", f"{pad}xl_lane_err_note(xl_first, {names.cpp(s.var)}, xl_e);"]
+
     def _grouped_body(self, s: ir.Lanes, g, depth) -> list[str]:
         """The fast path of a weight-once loop (xl_lanes_grouped): the iterations
         (xl_t0 + xl_g) * K + xl_row for xl_g < xl_n. Their sums together (xl_sum_group: the
         weight read once per element for all of them, each position's sum in the order of
         §13.2), then each iteration's tail in position order, its own error noted."""
         pad = IND * depth
-        moving = g.per_position(s.var)
         position = "xl_t0 + xl_g"
         iteration = f"(xl_t0 + xl_g) * {g.k} + xl_row"
 
         def position_lets(inner: str) -> list[str]:
             return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = {iteration};"]
-                    + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions])
+                    + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions]
+                    + self._head_lets(g.lets, inner))
 
         lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};"]
         lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_row;" for n in g.rows]
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
+        # A tail without reductions runs on a lane, the positions side by side (their sums left in
+        # lanes by a transposed butterfly); else the warp runs each position's tail in turn.
+        on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
+        sums = (lambda t, acc: f"XlRowSum<{t}, xl_pow2_at_least({g.size})> {acc}") if on_lanes else (
+            lambda t, acc: f"{t} {acc}[{g.size}]")
         try:
-            for k, r in enumerate(g.sums):
-                t = cpp_ops.value_type(r.value.type)
-                acc = f"xl_sums{k}"
-                lines.append(f"{pad}{t} {acc}[{g.size}];")
-                lines.append(f"{pad}{{")
-                lines += self._lane_bounds(r, depth + 1)
-                weight = grouping.invariant_operand(r.value, moving)
-                j = names.cpp(r.var)
-                if weight is not None:
-                    wt = cpp_ops.value_type(weight.type)
-                    pre, pre_err = self._expr_and_err(weight, r.loc.line)
-                    pre = f"[&](int32_t {j}) -> {wt} {{ {pre_err}return {pre}; }},"
-                    self.hoisted[id(weight)] = "xl_w"
-                else:
-                    wt, pre = "int32_t", "[](int32_t) -> int32_t { return 0; },"
-                try:
-                    value, value_err = self._expr_and_err(r.value, r.loc.line)
-                finally:
-                    self.hoisted.pop(id(weight), None)
-                lines += [f"{pad}{IND}xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
-                          f"{pad}{IND * 2}{pre}",
-                          f"{pad}{IND}[&](int32_t xl_g, int32_t {j}, [[maybe_unused]] {wt} xl_w) -> {t} {{",
-                          *position_lets(pad + IND * 2),
-                          f"{pad}{IND * 2}{value_err}return {value};",
-                          f"{pad}{IND}}});",
-                          f"{pad}}}"]
-            # The tails, a position at a time, each in a lambda of its own: a failing statement
-            # ends its iteration only (bail: return), and its error is noted with its index.
-            inner = pad + IND * 2
-            # (unrolled, so that the sums stay in registers: indexed by a variable they would not)
-            lines.append(f"{pad}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{")
-            lines.append(f"{pad}{IND}if (xl_g >= xl_n) break;")
-            lines += position_lets(pad + IND)
-            lines.append(f"{pad}{IND}XlErr xl_e = {{0, 0, 0}};")
-            lines.append(f"{pad}{IND}[&](XlErr& err) {{")
-            lines += [f"{inner}[[maybe_unused]] {cpp_ops.value_type(r.type)} {names.cpp(r.name)} = xl_sums{k}[xl_g];"
-                      for k, r in enumerate(g.sums)]
-            self.bail, self.field_store = "return;", "XL_ITER_STORE"
-            self.after_lanes = False
-            lines += self.block(g.tail, depth + 2)
-            lines += [f"{pad}{IND}}}(xl_e);", f"{pad}{IND}xl_lane_err_note(xl_first, {names.cpp(s.var)}, xl_e);",
-                      f"{pad}}}"]
+            lines += self._tile_sums(g.sums, g.per_position(s.var), depth, sums,
+                                     lambda t, acc, _: f"xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
+                                     "xl_g", position_lets)
+            if on_lanes:
+                lines.append(f"{pad}xl_rows_tails<xl_pow2_at_least({g.size})>(0, xl_n, [&](int32_t xl_g) {{")
+                lines += position_lets(pad + IND)
+                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_g)", "XL_LANE_STORE")
+                lines.append(f"{pad}}});")
+            else:
+                # The tails, a position at a time (unrolled, so that the sums stay in registers:
+                # indexed by a variable they would not), each storing from its warp's lane 0.
+                lines.append(f"{pad}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{")
+                lines.append(f"{pad}{IND}if (xl_g >= xl_n) break;")
+                lines += position_lets(pad + IND)
+                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, "[xl_g]", "XL_ITER_STORE")
+                lines.append(f"{pad}}}")
+        finally:
+            self.bail, self.field_store, self.fast = saved
+        return lines
+
+    def _rows_body(self, s: ir.Lanes, g, depth) -> list[str]:
+        """The rows path of a loop's fast path (xl_lanes_grouped): the iterations xl_t * K +
+        xl_row0 + xl_ri (without a split, xl_row0 + xl_ri) for xl_rlo <= xl_ri < xl_rhi, at most
+        xl_R of them. Their sums together (xl_sum_rows: the activation read once per element for
+        all rows, each row's sum in the order of §13.2), then each row's tail on one lane
+        (xl_rows_tails), storing on its own."""
+        pad = IND * depth
+        row = "xl_row0 + xl_ri"  # (a loop without a split: its iteration; xl_t is 0)
+        iteration = f"xl_t * {g.k} + {row}" if g.k is not None else row
+
+        def row_lets(inner: str) -> list[str]:
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = {iteration};"]
+                    + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {row};" for n in g.rows]
+                    + self._head_lets(g.lets, inner))
+
+        lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};",
+                 f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]
+        lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_t;" for n in g.positions]
+        saved = (self.bail, self.field_store, self.fast)
+        self.fast = True
+        try:
+            # a sum whose elements may fail: `if (xl_sum_rows<...>(...) == false) return false;` (the
+            # tile then runs as the checked loop does: xl_lanes_grouped)
+            lines += self._tile_sums(
+                g.sums, g.per_row(s.var), depth, lambda t, acc: f"XlRowSum<{t}, xl_R> {acc}",
+                lambda t, acc, checked: ("if (" if checked else "") + f"xl_sum_rows<{t}, xl_R, "
+                f"{str(checked).lower()}>(xl_lo, xl_hi, xl_rlo, xl_rhi, {acc},", "xl_ri", row_lets)
+            lines.append(f"{pad}xl_rows_tails<xl_R>(xl_rlo, xl_rhi, [&](int32_t xl_ri) {{")
+            lines += row_lets(pad + IND)
+            lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_ri)", "XL_LANE_STORE")
+            lines += [f"{pad}}});", f"{pad}return true;"]
         finally:
             self.bail, self.field_store, self.fast = saved
         return lines
@@ -525,7 +622,8 @@ class CppEmitter:
             lines += elem[1:-1] + [elem[-1] + ");"]
             result = "xl_best_index(xl_at)" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
             lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
-        return lines + self._bail_if(level, pad + IND) + [f"{pad}}}"]  # (the bounds bailed out before)
+        lines += self._bail_if(level, pad + IND) + [f"{pad}}}"]  # (the bounds bailed out before)
+        return lines + self._line_mark(s, depth)
 
     def stmt_Break(self, s, depth):
         return [IND * depth + "break;"]
@@ -572,6 +670,7 @@ class CppEmitter:
     def stage(self, s: ir.Stage, trace: ir.Trace | None) -> dict:
         self.bail = "return err;"
         self.field_store = None if s.in_phase2 else "XL_WARP_STORE"
+        self.stage_name = s.name
         self.conds = 0
         guard = None
         if s.guard is not None:
@@ -580,6 +679,8 @@ class CppEmitter:
         self.proofs = ranges.analyse(s.body)
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
+        if not s.in_phase2:  # -DXL_PROFILE_LINES: the stage's time from its start to its end
+            body = [f"{IND}XL_LINE_START();"] + body + self._line_mark(s, 1, " (the stage's end)")
         self.field_store = None
         return {
             "name": s.name,
@@ -671,6 +772,16 @@ class CppEmitter:
             out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
                         "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
         return out
+
+
+def _rows_hint(s: ir.Lanes, bound: int | None) -> int:
+    """How many iterations a loop without a split has at most, for its rows per tile: its
+    fast path's bound, else its constant range's length, else 0 (unknown: the most rows)."""
+    if bound is not None:
+        return bound
+    if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const):
+        return max(int(s.stop.value) - int(s.start.value), 0)
+    return 0
 
 
 def _reads_state(e) -> bool:

@@ -16,14 +16,22 @@ the mapping is free: a warp can take every position of row i together, reading e
 once for all of them while each position's sum still adds its own elements in the defined
 order (§13.2: lane l adds elements l, l + 32, ... then the butterfly). Bits are unchanged.
 
-`plan(lanes, bound)` says whether a loop has that shape: its body starts with lets that split
-the loop variable by one constant K (`e / K`, the position; `e % K`, the row), then sums whose
-bounds read no local of the body but the row (so they are the same for every position) and
-whose elements read only the split lets, the loop variable, the sum's own variable and names
-from outside the loop; the rest of the body (the
-tail) is arbitrary and runs per position afterwards. Only the fast path of a versioned loop
-(`bound`: its range within 0..bound-1) is grouped, a group holding at most ceil(bound / K)
-positions.
+The same freedom gives a second tile: R rows of one position together (a decode step has one
+position), each lane holding a partial of every row, the rows' loads in flight together and
+the activation read once per element for all of them; a transposed butterfly then leaves each
+row's sum in lanes of its own, and each row's tail runs on one of them.
+
+`plan(lanes, bound)` says whether a loop has the first shape: its body starts with lets that
+split the loop variable by one constant K (`e / K`, the position; `e % K`, the row), lets
+computed from those alone (`row = t * H + i / HEAD`), then sums whose bounds read no local of
+the body but the row (so they are the same for every position) and whose elements read only
+those lets, the loop variable, the sum's own variable and names from outside the loop; the rest
+of the body (the tail) is arbitrary and runs per position afterwards. Only the fast path of a
+versioned loop (`bound`: its range within 0..bound-1) is grouped, a group holding at most
+ceil(bound / K) positions. `rows_plan(lanes)` says whether a loop has the second: the same
+head (with or without a split; bounds reading no local but the position), elements that may
+read pools (a tile whose elements failed runs again as the checked loop does), and a tail
+without reductions.
 """
 
 from __future__ import annotations
@@ -42,12 +50,13 @@ class Group:
     size: int  # positions per group (G)
     positions: tuple[str, ...]  # lets holding `var / k`
     rows: tuple[str, ...]  # lets holding `var % k`
+    lets: tuple[ir.Let, ...]  # lets computed from them, per position
     sums: tuple[ir.Reduce, ...]  # the head's sums, in order
     tail: tuple[ir.Stmt, ...]  # the rest of the body, per position
 
     def per_position(self, var: str) -> set[str]:
         """Names whose value differs between the positions of a group."""
-        return {var, *self.positions}
+        return _moving(self.lets, {var, *self.positions})
 
 
 def _split(s: ir.Stmt, var: str) -> tuple[str, int] | None:
@@ -74,17 +83,40 @@ def locals_read(e: ir.Expr) -> set[str]:
     return out
 
 
-def _simple(e: ir.Expr) -> bool:
-    """Reads only locals, constants, fields, params, tensors and arrays (no pools: owner checks;
-    no calls: helpers may do anything)."""
-    if isinstance(e, (ir.PoolLoad, ir.Call)):
+def _simple(e: ir.Expr, pools: bool = False) -> bool:
+    """Reads only locals, constants, fields, params, tensors and arrays (no calls: helpers may
+    do anything; pools only where a tile can fall back on the checked loop: their owner checks)."""
+    if isinstance(e, ir.Call) or (isinstance(e, ir.PoolLoad) and not pools):
         return False
-    return all(_simple(c) for c in ranges.children(e))
+    return all(_simple(c, pools) for c in ranges.children(e))
 
 
-def plan(s: ir.Lanes, bound: int | None) -> Group | None:
-    if bound is None or not s.by_warp:
-        return None
+@dataclass(frozen=True)
+class Head:
+    """The start of a loop's body: lets splitting the loop variable by one constant K, lets
+    computed from them (`row = t * H + i / HEAD`), then sums, then the tail."""
+
+    k: int | None  # None: no split
+    positions: tuple[str, ...]  # lets holding `var / k`
+    rows: tuple[str, ...]  # lets holding `var % k`
+    lets: tuple[ir.Let, ...]  # then lets reading only those, the loop variable and outer names
+    sums: tuple[ir.Reduce, ...]
+    tail: tuple[ir.Stmt, ...]
+
+
+def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
+    """`names` and the lets that read them (in order, so through each other too)."""
+    out = set(names)
+    for x in lets:
+        if locals_read(x.value) & out:
+            out.add(x.name)
+    return out
+
+
+def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Head | None:
+    """The loop's head, or None (two different splits). The sums' elements read only the head's
+    lets, the loop variable, their own variable and names from outside the loop; their bounds
+    read no local of the body but the split's `bounds_may_read` ("rows" or "positions")."""
     body = list(s.body)
     k = None
     positions, rows = [], []
@@ -94,29 +126,73 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
             return None
         k = kk
         (positions if op == "/" else rows).append(body.pop(0).name)
-    if k is None:
-        return None
-    head_locals = {s.var, *positions, *rows}
+    assigned = {x.target.name for x in ir.statements(s.body) if isinstance(x, ir.Assign) and x.target.kind == ir.LOCAL}
     body_locals = {x.name for x in ir.statements(s.body) if isinstance(x, (ir.Let, ir.Reduce))}
+    head_names = {s.var, *positions, *rows}
+    lets = []
+    while (body and isinstance(body[0], ir.Let) and body[0].name not in assigned and _simple(body[0].value)
+           and not (locals_read(body[0].value) - head_names) & body_locals):
+        head_names.add(body[0].name)
+        lets.append(body.pop(0))
+    may_read = set(rows if bounds_may_read == "rows" else positions)
     sums = []
     while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
         r = body[0]
-        # bounds the same for every position: they read no local of the body but the rows (not
-        # the position, nor an earlier sum: fuzz seed 4103995)
-        if (locals_read(r.start) | locals_read(r.stop)) & ((body_locals | {s.var}) - set(rows)):
+        # bounds the same for every iteration of a tile: no local of the body but those allowed
+        # (never an earlier sum, which differs per iteration: fuzz seed 4103995)
+        if (locals_read(r.start) | locals_read(r.stop)) & ((body_locals | {s.var}) - may_read):
             break
-        # elements read the split, their own variable and names from outside the loop only
-        if (locals_read(r.value) - {r.var} - head_locals) & body_locals:
+        # elements read the head, their own variable and names from outside the loop only
+        if (locals_read(r.value) - {r.var} - head_names) & body_locals:
             break
-        if not (_simple(r.value) and _simple(r.start) and _simple(r.stop)):
+        if not (_simple(r.value, pools) and _simple(r.start) and _simple(r.stop)):
             break
         sums.append(body.pop(0))
-    if not sums:
+    return Head(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(body))
+
+
+def plan(s: ir.Lanes, bound: int | None) -> Group | None:
+    """The weight-once part of a loop over position x row (a row's positions together)."""
+    if bound is None or not s.by_warp:
         return None
-    size = min(-(-bound // k), MAX_GROUP)
+    head = _head(s, "rows", pools=False)
+    if head is None or head.k is None or not head.sums:
+        return None
+    size = min(-(-bound // head.k), MAX_GROUP)
     if size < 2:
         return None
-    return Group(k, size, tuple(positions), tuple(rows), tuple(sums), tuple(body))
+    return Group(head.k, size, head.positions, head.rows, head.lets, head.sums, head.tail)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A loop whose fast path may run a tile of rows of one position at a time (xl_lanes_grouped's
+    rows path): each warp holds a partial of each of R rows, their loads in flight together, and
+    each row's tail runs on one lane. So the tail must hold no reduction (a lane runs it alone).
+    The sums' elements may fail (a pool's owner check): a tile in which one did runs again as
+    the loop runs off its fast path, an iteration at a time, and fails there as it must."""
+
+    k: int | None  # rows: the loop variable is position * k + row (None: no split; it is the row)
+    positions: tuple[str, ...]  # lets holding `var / k`
+    rows: tuple[str, ...]  # lets holding `var % k`
+    lets: tuple[ir.Let, ...]  # lets computed from them, per row
+    sums: tuple[ir.Reduce, ...]
+    tail: tuple[ir.Stmt, ...]
+
+    def per_row(self, var: str) -> set[str]:
+        """Names whose value differs between the rows of a tile."""
+        return _moving(self.lets, {var, *self.rows})
+
+
+def rows_plan(s: ir.Lanes) -> Rows | None:
+    """The part of a loop that a tile of rows of one position can run together (any loop whose
+    body starts with such sums: its fast path, or the whole loop where nothing needs a check)."""
+    if not s.by_warp:
+        return None
+    head = _head(s, "positions", pools=True)
+    if head is None or not head.sums or any(isinstance(x, ir.Reduce) for x in ir.statements(head.tail)):
+        return None
+    return Rows(head.k, head.positions, head.rows, head.lets, head.sums, head.tail)
 
 
 def invariant_operand(e: ir.Expr, moving: set[str]) -> ir.Expr | None:

@@ -162,7 +162,7 @@ class _Walk:
             return _fits(min(corners), max(corners))
         # The divisor is never 0. (An empty interval -- the code under a condition that cannot
         # hold -- proves nothing here: fuzz seed 1031071 divided by its corners.)
-        nonzero = b[0] <= b[1] and (b[0] > 0 or b[1] < 0)
+        nonzero = b[0] <= b[1] and (b[0] > 0 or b[1] < 0) or _nonzero_local(e.right, env)
         if e.op in ("/", "%"):
             self.note((id(e), "div"), nonzero)
         if e.op in ("/", "%") and nonzero and a[0] <= a[1]:
@@ -260,16 +260,26 @@ class _Walk:
         lo, hi = self.iv(s.start, env), self.iv(s.stop, env)
         return (lo[0], hi[1] - 1) if hi[1] > I32_MIN else TOP
 
-    def s_Reduce(self, s, env):
+    def _inside(self, s, env, var) -> dict:
+        """`env` inside a lanes loop or reduction over start..stop whose variable is in `var`.
+        An iteration means start < stop; with start >= 0, stop is not 0, and so neither is any
+        local it is the product of (a product with a factor 0 is 0, wrapping or not): the loop
+        `lanes for e in 0..cnt * ctx` may divide by ctx."""
         inner = dict(env)
-        inner[s.var] = self._range_var(s, env)
+        inner[s.var] = var
+        if self._quiet_iv(s.start, env)[0] >= 0:
+            for name in _factors(s.stop) - self.mutable:
+                inner[_NONZERO + name] = True
+        return inner
+
+    def s_Reduce(self, s, env):
+        inner = self._inside(s, env, self._range_var(s, env))
         self.iv(s.value, inner)
         env[s.name] = TOP
 
     def s_Lanes(self, s, env):
         var = self._range_var(s, env)
-        inner = dict(env)
-        inner[s.var] = var
+        inner = self._inside(s, env, var)
         self.block(s.body, inner)
         if self.fast_bound is None or self.mode != ALWAYS:
             return
@@ -280,9 +290,7 @@ class _Walk:
                 continue  # already known: nothing more to prove
             trial: dict = {}
             walk = _Walk(self.mutable, IN_FAST_PATH, trial, None)
-            fast = dict(env)
-            fast[s.var] = (max(var[0], 0), min(var[1], k - 1))
-            walk.block(s.body, fast)
+            walk.block(s.body, self._inside(s, env, (max(var[0], 0), min(var[1], k - 1))))
             gained = sum(1 for key in trial if key not in self.out)
             if gained > best_count:
                 best, best_count = k, gained
@@ -291,6 +299,22 @@ class _Walk:
             self.fast_bound[id(s)] = best
             for key, mode in best_trial.items():
                 self.out.setdefault(key, mode)
+
+
+_NONZERO = "\0nonzero:"  # env[_NONZERO + name]: the local `name` is not 0 here (_Walk._inside)
+
+
+def _factors(e) -> set[str]:
+    """The locals `e` is a product of (`a * b * c`: a, b, c; a local: itself)."""
+    if isinstance(e, ir.Var) and e.kind == ir.LOCAL and e.type == ir.I32:
+        return {e.name}
+    if isinstance(e, ir.Binary) and e.op == "*" and e.type == ir.I32:
+        return _factors(e.left) | _factors(e.right)
+    return set()
+
+
+def _nonzero_local(e, env) -> bool:
+    return isinstance(e, ir.Var) and e.kind == ir.LOCAL and bool(env.get(_NONZERO + e.name))
 
 
 def _candidate_bounds(body) -> set[int]:

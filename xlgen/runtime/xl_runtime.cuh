@@ -524,22 +524,44 @@ XL_DEVICE int32_t xl_b_verify_prefix(XlErr& e, int32_t k, int32_t line, const in
 #define XL_BLOCK_ANY(x) (x)
 #endif
 
+#if XL_ON_GPU
+// A profile's clock mark: the cycles since `since` into *cycles (and one into *times, if given).
+XL_DEVICE void xl_clock_mark(long long& since, unsigned long long* cycles, unsigned long long* times = nullptr) {
+    const long long now = clock64();
+    atomicAdd(cycles, (unsigned long long)(now - since));
+    if (times) atomicAdd(times, 1ull);
+    since = now;
+}
+#endif
+
 // -DXL_PROFILE_PHASE2 (GPU, an experiment: scripts/profile_kv_rounds.py): thread 0 adds the
 // clock cycles between marks of phase 2 into xl_prof[mark], read back by the host.
 #if XL_ON_GPU && defined(XL_PROFILE_PHASE2)
 __device__ unsigned long long xl_prof[256];
 #define XL_PROF_START() long long xl_prof_t = clock64()
-#define XL_PROF_MARK(mark)                                                                    \
-    do {                                                                                      \
-        if (threadIdx.x == 0) {                                                               \
-            const long long xl_prof_now = clock64();                                          \
-            atomicAdd(&xl_prof[(mark) & 255], (unsigned long long)(xl_prof_now - xl_prof_t)); \
-            xl_prof_t = xl_prof_now;                                                          \
-        }                                                                                     \
-    } while (0)
+#define XL_PROF_MARK(mark) do { if (threadIdx.x == 0) xl_clock_mark(xl_prof_t, &xl_prof[(mark) & 255]); } while (0)
 #else
 #define XL_PROF_START() do { } while (0)
 #define XL_PROF_MARK(mark) do { } while (0)
+#endif
+
+// -DXL_PROFILE_LINES (GPU, a measurement: scripts/line_profile.py): the team's first thread adds
+// the clock cycles since the stage's start or its previous mark into xl_line_prof[site] (cycles,
+// times), at the end of each lanes loop and reduction of a per-request stage and at the stage's
+// end (emit_cpp.py numbers the sites; the generated code names each site's .xl line). Every
+// lanes loop ends with a team barrier, so a site's cycles are the team's time up to it.
+#define XL_LINE_SITES 2048
+#if XL_ON_GPU && defined(XL_PROFILE_LINES)
+__device__ unsigned long long xl_line_prof[XL_LINE_SITES][2];
+#define XL_LINE_START() long long xl_line_t = clock64()
+#define XL_LINE_MARK(site)                                                                       \
+    do {                                                                                         \
+        unsigned long long* xl_cell = xl_line_prof[(site) % XL_LINE_SITES];                      \
+        if (threadIdx.x % XL_TEAM_THREADS == 0) xl_clock_mark(xl_line_t, xl_cell, xl_cell + 1); \
+    } while (0)
+#else
+#define XL_LINE_START() do { } while (0)
+#define XL_LINE_MARK(site) do { } while (0)
 #endif
 
 enum { XL_SCAN = 0, XL_SUM = 1, XL_COUNT = 2, XL_MIN_OF = 3, XL_MAX_OF = 4, XL_ARGMIN = 5, XL_ARGMAX = 6 };
@@ -899,23 +921,57 @@ template <> XL_HD float xl_sum_add<float>(float a, float b) { return xl_fadd(a, 
 template <typename T> XL_HD T xl_sum_identity() { return T(0); }
 template <> XL_HD float xl_sum_identity<float>() { return -0.0f; }  // x + -0.0 == x for every x
 
-// A weight-once loop (grouping.py): `lanes for e in lo..hi` whose iterations e = t * K + row
-// begin with sums reading row `row` of a weight. On its fast path (`fast`: the range within
-// the proved bound) with more than K iterations, a warp takes every position t of a row
-// together: grouped(row, t0, n, first) runs iterations (t0 + g) * K + row for g < n <= G,
-// their sums reading each weight once (xl_sum_group), then their tails. Otherwise, and with
-// fewer than XL_GROUP_MIN_POSITIONS positions per row, the loop runs as xl_lanes_v does. Iterations
-// are independent, so the order does not matter; the first failing one (by index) is noted.
+// A loop of matrix-vector iterations (grouping.py): `lanes for e in lo..hi` whose iterations
+// e = t * K + row (t the position) begin with sums whose elements read row `row` of a weight.
+// Iterations are independent, so the mapping is free; on the fast path (`fast`: the range within
+// the proved bound) the team takes them in tiles, each tile's sums together, in the order of
+// §13.2 (bits unchanged), and the first failing iteration (by index) is noted:
+// - grouped (several positions, weight-once): with more than XL_GROUP_MIN_POSITIONS - 1
+//   positions per row, a warp takes every position t of a row: grouped(row, t0, n, first) runs
+//   iterations (t0 + g) * K + row for g < n <= G, their sums reading each weight once
+//   (xl_sum_group), then their tails;
+// - rows (one position, several rows): otherwise, a warp takes R = xl_rows_per_tile<K>() rows of
+//   one position: rows(XlInt<R>, t, row0, rlo, rhi, first) runs iterations t * K + row0 + r for
+//   rlo <= r < rhi, their sums with every row's loads in flight together (xl_sum_rows), each
+//   row's sum left in its own lanes by a transposed butterfly, then each row's tail on one of
+//   those lanes (xl_rows_tails);
+// - else (off the fast path, or a loop without that part) the loop runs as xl_lanes_v does.
+// `grouped` or `rows` is XlNone where the loop has no such part (emit_cpp.py).
 // Grouped only from this many positions per row on average: below it the guards of a group's
 // unrolled G positions cost more than the weight reads they save (measured on an H100 with the
 // real pair: verify passes of 2 and 3 positions 11-19% slower grouped; docs/benchmarks.md).
 #ifndef XL_GROUP_MIN_POSITIONS
 #define XL_GROUP_MIN_POSITIONS 4
 #endif
-template <bool EntrySync, int K, int G, typename Checked, typename Grouped>
+// Rows per tile at most (a power of two <= 32): each lane holds a partial per row, and R rows'
+// loads are in flight together. -DXL_ROWS_MAX=0 turns the rows path off (an A/B switch).
+#ifndef XL_ROWS_MAX
+#define XL_ROWS_MAX 16
+#endif
+struct XlNone {};
+template <int N> struct XlInt { static constexpr int value = N; };
+template <typename A, typename B> struct XlSame { static constexpr bool value = false; };
+template <typename A> struct XlSame<A, A> { static constexpr bool value = true; };
+
+// Rows per tile for K rows: a power of two, as many as give every warp of the team a tile.
+// K 0: unknown (the most).
+template <int K>
+#if XL_ON_GPU
+__host__ __device__
+#endif
+constexpr int xl_rows_per_tile() {
+    int r = 1;
+    while (2 * r <= XL_ROWS_MAX && 2 * r <= 32 && (K == 0 || 2 * r * XL_TEAM_WARPS <= K)) r *= 2;
+    return r;
+}
+
+template <bool EntrySync, int K, int G, bool Split, typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
-                                Grouped grouped) {
-    if (!fast || (int64_t)hi - lo <= (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K) {
+                                Grouped grouped, Rows rows) {
+    constexpr bool has_grouped = !XlSame<Grouped, XlNone>::value;
+    constexpr bool has_rows = !XlSame<Rows, XlNone>::value && XL_ROWS_MAX > 0;
+    const bool many = (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
+    if (!fast || (!(has_grouped && many) && !has_rows)) {
         xl_lanes_v<true, EntrySync>(err, key, lo, hi, fast, checked);
         return;
     }
@@ -926,10 +982,47 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
 #else
     const int32_t start = 0, stride = 1;
 #endif
-    for (int32_t row = start; row < K; row += stride) {
-        const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;  // lo >= 0 on the fast path
-        const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
-        for (int32_t t0 = t_first; t0 < t_end; t0 += G) grouped(row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+    if constexpr (has_grouped) {
+        if (many) {
+            for (int32_t row = start; row < K; row += stride) {
+                const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;  // lo >= 0 on the fast path
+                const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
+                for (int32_t t0 = t_first; t0 < t_end; t0 += G) grouped(row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+            }
+            xl_team_err_finish(err, key, first);
+            return;
+        }
+    }
+    if constexpr (has_rows) {
+        constexpr int R = xl_rows_per_tile<K>();
+        // rows(...) is false where an element of the tile's sums failed: its iterations then run
+        // one at a time, as on the fast path of xl_lanes_v, and fail there as they must.
+        auto tile = [&](int32_t t, int32_t row0, int32_t base, int32_t rlo, int32_t rhi) {
+            if (rows(XlInt<R>{}, t, row0, rlo, rhi, first)) return;
+            for (int32_t i = base + rlo; i < base + rhi; ++i) {
+                XlErr e = {0, 0, 0};
+                checked(XlCheck<false>{}, i, e);
+                xl_lane_err_note(first, i, e);
+            }
+        };
+        if constexpr (Split) {  // tiles within a position (lo >= 0 on the fast path)
+            constexpr int32_t tiles = (K + R - 1) / R;  // per position
+            const int32_t t_first = lo / K, t_end = hi > 0 ? (hi - 1) / K + 1 : 0;
+            for (int32_t q = start; q < (t_end - t_first) * tiles; q += stride) {
+                const int32_t t = t_first + q / tiles, row0 = (q % tiles) * R;
+                const int32_t base = t * K + row0;  // the iteration of the tile's row 0
+                const int32_t rlo = lo > base ? lo - base : 0;
+                int32_t rhi = hi - base < R ? hi - base : R;
+                if (rhi > K - row0) rhi = K - row0;
+                if (rlo < rhi) tile(t, row0, base, rlo, rhi);
+            }
+        } else {  // no positions: tiles of R iterations from lo (K: how many there are at most)
+            const int64_t n = (int64_t)hi - lo;
+            for (int64_t q = start; q * R < n; q += stride) {
+                const int32_t base = (int32_t)(lo + q * R);
+                tile(0, base, base, 0, (int32_t)(n - q * R < R ? n - q * R : R));
+            }
+        }
     }
     xl_team_err_finish(err, key, first);
 }
@@ -976,22 +1069,89 @@ XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem 
 #endif
 }
 
-// The sums of a group of n <= G positions (xl_lanes_grouped), over the same j range: out[g] =
-// sum(j in lo..hi: elem(g, j, w(j))), each in the order of xl_reduce_sum (lane l adds elements
-// l, l + 32, ... then the butterfly), w(j) -- the weight, the same for every position --
-// read once per element. No element can fail (emit_cpp.py groups only such sums).
-template <typename T, int G, typename Weight, typename Elem>
-XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weight w, Elem elem) {
+// Sums left in lanes (XlRowSum): after a transposed butterfly over R rows (or positions) each
+// lane holds one row's sum; the CPU build keeps all R.
+template <typename T, int R>
+struct XlRowSum {
 #if XL_ON_GPU
-    T acc[G];
+    T v;  // this lane's row's sum (xl_row_of_lane)
+    XL_DEVICE T of(int32_t) const { return v; }
+#else
+    T v[R];
+    T of(int32_t r) const { return v[r]; }
+#endif
+};
+
+#if XL_ON_GPU
+// The row whose sum lane l holds after xl_transposed_sum over R rows: its top log2(R) bits.
+template <int R>
+XL_DEVICE int32_t xl_row_of_lane() {
+    return R == 1 ? 0 : (int32_t)((threadIdx.x & 31u) / (32u / R));
+}
+
+// xl_reduce_sum's butterfly for R rows at once, part[r] this lane's partial of row r. At step k
+// while more than one row is left, a lane keeps the half of its rows that its bit k selects (the
+// upper half if set) and adds its partner's partial of each (own + other, as there), sending the
+// other half: every value it computes is the one the row's own butterfly computes in that lane
+// (its partner kept the same rows). Once one row is left, the plain butterfly. 2R - 1 + (5 -
+// log2 R) shuffles instead of 5R; lane l ends with row xl_row_of_lane<R>()'s sum.
+template <typename T, int R, int N = R, int K = 16>
+XL_DEVICE T xl_transposed_sum(T (&part)[R]) {
+    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "rows per tile: a power of two <= 32");
+    if constexpr (K == 0) {
+        return part[0];
+    } else {
+        if constexpr (N > 1) {  // N rows left: keep half, send half
+            const bool upper = (threadIdx.x & (unsigned)K) != 0u;
 #pragma unroll
-    for (int g = 0; g < G; ++g) acc[g] = xl_sum_identity<T>();
+            for (int r = 0; r < N / 2; ++r) {
+                const T send = upper ? part[r] : part[r + N / 2];
+                const T keep = upper ? part[r + N / 2] : part[r];
+                part[r] = xl_sum_add(keep, __shfl_xor_sync(0xFFFFFFFFu, send, K));
+            }
+        } else {
+            part[0] = xl_sum_add(part[0], __shfl_xor_sync(0xFFFFFFFFu, part[0], K));
+        }
+        return xl_transposed_sum<T, R, (N > 1 ? N / 2 : 1), K / 2>(part);
+    }
+}
+#endif
+
+// The least power of two >= n (n <= 32): the rows of a transposed butterfly.
+#if XL_ON_GPU
+__host__ __device__
+#endif
+constexpr int xl_pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+}
+
+// The sums of a group of n <= G positions (xl_lanes_grouped), over the same j range: sum(j in
+// lo..hi: elem(g, j, w(j))), each in the order of xl_reduce_sum (lane l adds elements l, l + 32,
+// ... then the butterfly), w(j) -- the weight, the same for every position -- read once per
+// element. No element can fail (emit_cpp.py groups only such sums). Into out[g] for every lane
+// (a tail that the warp runs), or into an XlRowSum: position g's sum in its own lanes, by a
+// transposed butterfly (a tail that runs on a lane: xl_rows_tails).
+template <typename T, int G, typename Weight, typename Elem>
+XL_DEVICE void xl_group_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[xl_pow2_at_least(G)], Weight w, Elem elem) {
+#if XL_ON_GPU
+#pragma unroll
+    for (int g = 0; g < xl_pow2_at_least(G); ++g) acc[g] = xl_sum_identity<T>();
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
         const auto wj = w((int32_t)j);
 #pragma unroll
         for (int g = 0; g < G; ++g)
             if (g < n) acc[g] = xl_sum_add(acc[g], elem(g, (int32_t)j, wj));
     }
+#endif
+}
+
+template <typename T, int G, typename Weight, typename Elem>
+XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weight w, Elem elem) {
+#if XL_ON_GPU
+    T acc[xl_pow2_at_least(G)];
+    xl_group_partials<T, G>(lo, hi, n, acc, w, elem);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         if (g < n)
@@ -1003,6 +1163,77 @@ XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weig
         XlErr e = {0, 0, 0};
         out[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
     }
+#endif
+}
+
+template <typename T, int G, typename Weight, typename Elem>
+XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlRowSum<T, xl_pow2_at_least(G)>& out, Weight w,
+                            Elem elem) {
+#if XL_ON_GPU
+    T acc[xl_pow2_at_least(G)];
+    xl_group_partials<T, G>(lo, hi, n, acc, w, elem);
+    out.v = xl_transposed_sum<T, xl_pow2_at_least(G)>(acc);
+#else
+    for (int g = 0; g < n; ++g) {
+        XlErr e = {0, 0, 0};
+        out.v[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
+    }
+#endif
+}
+
+// A tile's sums (xl_lanes_grouped's rows path), one sum of each of its rows rlo <= r < rhi over the
+// same j range: sum(j in lo..hi: elem(r, j, x(j))), x(j) -- the part the same for every row (the
+// activation) -- read once per element. On the GPU a lane keeps a partial of every row, adding
+// elements l, l + 32, ... in order as xl_reduce_sum does, with the rows' loads in flight together;
+// then a transposed butterfly (xl_transposed_sum) leaves row r's sum in lanes r * 32 / R ... The CPU
+// build computes each row's sum with xl_reduce_sum: the same bits. No element can fail.
+template <typename T, int R, bool Check, typename X, typename Elem>
+XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>& out, X x, Elem elem) {
+#if XL_ON_GPU
+    T acc[R];
+    bool failed = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = xl_sum_identity<T>();
+#pragma unroll 4
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
+        const auto xj = x((int32_t)j);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= rlo && r < rhi) {
+                if constexpr (Check) {  // every element evaluated: one that failed read safe substitutes
+                    XlErr e = {0, 0, 0};
+                    acc[r] = xl_sum_add(acc[r], elem(r, (int32_t)j, xj, e));
+                    failed |= e.code != 0;
+                } else {
+                    acc[r] = xl_sum_add(acc[r], elem(r, (int32_t)j, xj));
+                }
+            }
+        }
+    }
+    if (Check && __any_sync(0xFFFFFFFFu, failed)) return false;
+    out.v = xl_transposed_sum<T, R>(acc);
+#else
+    for (int32_t r = rlo; r < rhi; ++r) {
+        XlErr e = {0, 0, 0};
+        out.v[r] = xl_reduce_sum<T, Check>(e, 1, lo, hi, [&](int32_t j, [[maybe_unused]] XlErr& ee) -> T {
+            if constexpr (Check) return elem(r, j, x(j), ee);
+            else return elem(r, j, x(j));
+        });
+        if (Check && e.code) return false;
+    }
+#endif
+    return true;
+}
+
+// Each row's tail, rlo <= r < rhi: on the GPU on the first lane holding the row's sums, the
+// rows side by side; in the CPU build one after another.
+template <int R, typename Tail>
+XL_DEVICE void xl_rows_tails(int32_t rlo, int32_t rhi, Tail tail) {
+#if XL_ON_GPU
+    const int32_t r = xl_row_of_lane<R>();
+    if ((threadIdx.x & (32u / R - 1u)) == 0u && r >= rlo && r < rhi) tail(r);
+#else
+    for (int32_t r = rlo; r < rhi; ++r) tail(r);
 #endif
 }
 
