@@ -296,6 +296,49 @@ done when done_
     agrees(compiled, {"w": np.arange(32, dtype=np.float32).reshape(4, 8) / 3.0}, [{"n": n} for n in (1, 2, 8)])
 
 
+# Lets between the split and the sums, some reading the position alone (u), some the row alone
+# (v): an element's part hoisted out of a tile never reads one (it is evaluated where the lets
+# are not); before, the hoisted `x[u + j]` named an undeclared `u` and the C++ did not compile.
+HEAD_LETS = """pipeline head_lets
+const K: i32 = 8
+tensor w: f32[K, 40]
+request {
+    n: i32
+    x: f32[200]
+    y: f32[40]
+    done_: bool
+}
+stage pass when !done_ {
+    lanes for e in 0..n * K {
+        let t = e / K
+        let i = e % K
+        let u = t * 40
+        let v = i * 2
+        let a = sum(j in 0..40: w[i, j] * x[u + j])
+        let b = sum(j in 0..40: w[v / 2, j] - x[u + j])
+        y[e] = a + b
+    }
+    done_ = true
+}
+trace pass: y
+done when done_
+"""
+
+
+def head_lets_launch():
+    w = {"w": np.arange(320, dtype=np.float32).reshape(8, 40) / 9}
+    return w, [{"n": n, "x": (np.arange(200, dtype=np.float32) / 7).tolist()} for n in (1, 2, 5, 6)]
+
+
+def test_lets_between_the_split_and_the_sums():
+    compiled = load_text(HEAD_LETS, "head_lets.xl")
+    code = kernel(compiled)
+    assert code.count("xl_sum_rows<") == 2 and code.count("xl_sum_group<") == 2
+    assert "const int32_t u = xl_mul(t, 40);" in code
+    want = agrees(compiled, *head_lets_launch())
+    assert len(want.errors()) == 1  # n = 6: y past its end
+
+
 def test_the_real_pairs_matrix_vector_passes_are_grouped():
     code = kernel(load("stages/byte_spec.xl"))
     # target: qkv, wo, up, down, the LM head; draft: qkv, wo, up, down
@@ -319,6 +362,12 @@ def test_cpu_build_equals_the_simulator():
 @pytest.mark.parametrize("team_warps", [1, 4, 16])
 def test_gpu_equals_the_simulator(team_warps):
     agrees(load_text(PASS, "passes.xl"), weights(), inputs_for(CASES * 3), team_warps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16])
+def test_gpu_lets_between_the_split_and_the_sums(team_warps):
+    agrees(load_text(HEAD_LETS, "head_lets.xl"), *head_lets_launch(), team_warps)
 
 
 @pytest.mark.gpu

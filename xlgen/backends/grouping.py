@@ -105,12 +105,9 @@ class Head:
 
 
 def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
-    """`names` and the lets that read them (in order, so through each other too)."""
-    out = set(names)
-    for x in lets:
-        if locals_read(x.value) & out:
-            out.add(x.name)
-    return out
+    """`names` and the head's lets: what the part of an element hoisted out of a tile may not
+    read (the lets are evaluated per iteration, where the element is; not where it is hoisted)."""
+    return set(names) | {x.name for x in lets}
 
 
 def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Head | None:
