@@ -138,6 +138,35 @@ def test_the_body_locals_are_renamed_apart_from_the_stage():
         assert f"for {fresh} in" in source or f"{fresh} = xl_L.index" in source, fresh
 
 
+def test_a_local_named_xl_is_renamed_apart_to_a_name_that_is_not_reserved():
+    """`xl_2` would start with the reserved `xl_` (fuzz seeds 5300311 and 5300787): `xl2`."""
+    source = """pipeline q
+request {
+    y: i32
+    done_: bool
+}
+proc bump(n: i32) {
+    let xl = n + 1
+    y += xl
+}
+stage s when !done_ {
+    let xl = 3
+    bump(xl)
+    bump(5)
+    y += xl
+    done_ = true
+}
+trace s: y
+done when done_
+"""
+    compiled = load_text(source, name="q.xl")
+    assert "xl2 = " in compiled.files[f"{compiled.name}_sim.py"]
+    config = sim.LaunchConfig(max_active=1, max_rounds=3)
+    want = sim.run(compiled.sim_module(), {}, [{}], config)
+    assert compare(compiled.program, want, cpu.run(compiled, {}, [{}], config)) is None
+    assert int(want.requests["y"][0]) == 4 + 6 + 3
+
+
 def test_a_constant_argument_is_a_constant_in_the_body():
     bad = WITH_PROCS.replace("mix(y, x, a, w, kv, N, page)", "mix(y, x, a, w, kv, page, page)")
     with pytest.raises(Exception) as info:

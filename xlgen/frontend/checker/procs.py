@@ -265,8 +265,9 @@ class ProcRules:
             if local in params or self._global_name(local):
                 continue  # an error (a parameter, below; a global, where it is declared)
             fresh, k = local, 2
+            sep = "" if local == "xl" else "_"  # (`xl_2` would be a reserved name: `xl2`)
             while fresh in ctx.taken or (fresh != local and fresh in declared) or self._global_name(fresh):
-                fresh, k = f"{local}_{k}", k + 1
+                fresh, k = f"{local}{sep}{k}", k + 1
             ctx.taken.add(fresh)
             if fresh != local:
                 renames[local] = fresh

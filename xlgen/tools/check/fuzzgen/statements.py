@@ -256,6 +256,13 @@ class StatementGen:
         lines = [f"{pad}let {row} = {var} / {width}", f"{pad}let {col} = {var} % {width}"]
         ctx.scopes[-1][row] = Sym(row, "i32", mutable=False)
         ctx.scopes[-1][col] = Sym(col, "i32", mutable=False)
+        # then, now and then, lets computed from those (`row = t * H + i / HEAD`): of the
+        # position alone, the row alone, or both, which the sums may read
+        for _ in range(self.shape_rng.choice([0, 0, 1, 2])):
+            form = self.shape_rng.choice(["{t} * 3 + 1", "{c} + 2", "{t} * {w} + {c}", "{c} / 2"])
+            name = self.new_local(ctx, "h")
+            lines.append(f"{pad}let {name} = " + form.format(t=row, c=col, w=width))
+            ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
         for _ in range(self.rng.randrange(1, 4)):
             lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
