@@ -92,6 +92,8 @@ def main(argv=None) -> int:
         first, first_ms = profile(1)
         counts, kernel_ms, tokens = counts - first, kernel_ms - first_ms, (args.n - 1) * len(prompts)
     sites = site_lines((compiled.dir / f"{compiled.name}_kernel.cuh").read_text())
+    if sites and max(sites) >= SITES:  # the kernel folds site k into counter k % SITES
+        raise SystemExit(f"{len(sites)} marked sites: more than XL_LINE_SITES ({SITES}) counters")
     by_line: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for site, where in sites.items():
         by_line[where][0] += int(counts[site][0])

@@ -92,16 +92,26 @@ def _simple(e: ir.Expr, pools: bool = False) -> bool:
 
 
 @dataclass(frozen=True)
-class Head:
-    """The start of a loop's body: lets splitting the loop variable by one constant K, lets
-    computed from them (`row = t * H + i / HEAD`), then sums, then the tail."""
+class Rows:
+    """The start of a loop's body (_head): lets splitting the loop variable by one constant K,
+    lets computed from them (`row = t * H + i / HEAD`), then sums, then the tail. As rows_plan
+    gives it, a loop whose fast path may run a tile of rows of one position at a time
+    (xl_lanes_grouped's rows path): each warp holds a partial of each of R rows, their loads in
+    flight together, and each row's tail runs on one lane. So the tail must hold no reduction
+    (a lane runs it alone). The sums' elements may fail (a pool's owner check): a tile in which
+    one did runs again as the loop runs off its fast path, an iteration at a time, and fails
+    there as it must."""
 
-    k: int | None  # None: no split
+    k: int | None  # rows: the loop variable is position * k + row (None: no split; it is the row)
     positions: tuple[str, ...]  # lets holding `var / k`
     rows: tuple[str, ...]  # lets holding `var % k`
-    lets: tuple[ir.Let, ...]  # then lets reading only those, the loop variable and outer names
+    lets: tuple[ir.Let, ...]  # lets computed from them, per row
     sums: tuple[ir.Reduce, ...]
     tail: tuple[ir.Stmt, ...]
+
+    def per_row(self, var: str) -> set[str]:
+        """Names whose value differs between the rows of a tile."""
+        return _moving(self.lets, {var, *self.rows})
 
 
 def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
@@ -110,7 +120,7 @@ def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
     return set(names) | {x.name for x in lets}
 
 
-def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Head | None:
+def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Rows | None:
     """The loop's head, or None (two different splits). The sums' elements read only the head's
     lets, the loop variable, their own variable and names from outside the loop; their bounds
     read no local of the body but the split's `bounds_may_read` ("rows" or "positions")."""
@@ -145,7 +155,7 @@ def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Head | None:
         if not (_simple(r.value, pools) and _simple(r.start) and _simple(r.stop)):
             break
         sums.append(body.pop(0))
-    return Head(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(body))
+    return Rows(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(body))
 
 
 def plan(s: ir.Lanes, bound: int | None) -> Group | None:
@@ -161,26 +171,6 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
     return Group(head.k, size, head.positions, head.rows, head.lets, head.sums, head.tail)
 
 
-@dataclass(frozen=True)
-class Rows:
-    """A loop whose fast path may run a tile of rows of one position at a time (xl_lanes_grouped's
-    rows path): each warp holds a partial of each of R rows, their loads in flight together, and
-    each row's tail runs on one lane. So the tail must hold no reduction (a lane runs it alone).
-    The sums' elements may fail (a pool's owner check): a tile in which one did runs again as
-    the loop runs off its fast path, an iteration at a time, and fails there as it must."""
-
-    k: int | None  # rows: the loop variable is position * k + row (None: no split; it is the row)
-    positions: tuple[str, ...]  # lets holding `var / k`
-    rows: tuple[str, ...]  # lets holding `var % k`
-    lets: tuple[ir.Let, ...]  # lets computed from them, per row
-    sums: tuple[ir.Reduce, ...]
-    tail: tuple[ir.Stmt, ...]
-
-    def per_row(self, var: str) -> set[str]:
-        """Names whose value differs between the rows of a tile."""
-        return _moving(self.lets, {var, *self.rows})
-
-
 def rows_plan(s: ir.Lanes) -> Rows | None:
     """The part of a loop that a tile of rows of one position can run together (any loop whose
     body starts with such sums: its fast path, or the whole loop where nothing needs a check)."""
@@ -189,7 +179,7 @@ def rows_plan(s: ir.Lanes) -> Rows | None:
     head = _head(s, "positions", pools=True)
     if head is None or not head.sums or any(isinstance(x, ir.Reduce) for x in ir.statements(head.tail)):
         return None
-    return Rows(head.k, head.positions, head.rows, head.lets, head.sums, head.tail)
+    return head
 
 
 def invariant_operand(e: ir.Expr, moving: set[str]) -> ir.Expr | None:

@@ -1186,7 +1186,9 @@ XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlRowSum<T, xl_po
 // activation) -- read once per element. On the GPU a lane keeps a partial of every row, adding
 // elements l, l + 32, ... in order as xl_reduce_sum does, with the rows' loads in flight together;
 // then a transposed butterfly (xl_transposed_sum) leaves row r's sum in lanes r * 32 / R ... The CPU
-// build computes each row's sum with xl_reduce_sum: the same bits. No element can fail.
+// build computes each row's sum with xl_reduce_sum: the same bits. Check: elements may fail; every
+// one is evaluated (one that failed read safe substitutes) and false says one did (the tile then
+// runs an iteration at a time: xl_lanes_grouped).
 template <typename T, int R, bool Check, typename X, typename Elem>
 XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>& out, X x, Elem elem) {
 #if XL_ON_GPU
