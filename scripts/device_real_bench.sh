@@ -11,7 +11,8 @@
 #   bash scripts/device_real_bench.sh
 # Writes under $OUT: real_bench.json / real_bench.md (all rows + the summary of ratios), real_bench.log,
 # env.txt, limit/ (run_gpu.sh's cuda.log, env.txt, run_gpu.log). Without .calib/real_limit it runs the rest.
-# Knobs (environment): REPEATS (3), TEAM_WARPS (16), BATCHES (1,8), LIMIT_PARTS (bc), EXTRA (more options).
+# Knobs (environment): REPEATS (3), TEAM_WARPS (a list; default: the runtime's choice per batch), BATCHES (1,8),
+# LIMIT_PARTS (bc), EXTRA (more options).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/real_bench_out}
@@ -26,7 +27,9 @@ if [ -x .calib/real_limit/run_gpu.sh ] || [ -f .calib/real_limit/run_gpu.sh ]; t
 else
   echo "no .calib/real_limit: the hand-written limit is skipped (see this script's header)" | tee -a "$OUT/env.txt"
 fi
-timeout 560 python3 scripts/real_bench.py -o "$OUT" --repeats "${REPEATS:-3}" --team-warps "${TEAM_WARPS:-16}" \
+TEAMS=()
+[ -n "${TEAM_WARPS:-}" ] && TEAMS=(--team-warps "$TEAM_WARPS")
+timeout 560 python3 scripts/real_bench.py -o "$OUT" --repeats "${REPEATS:-3}" ${TEAMS[@]+"${TEAMS[@]}"} \
   --batches "${BATCHES:-1,8}" ${LIMIT[@]+"${LIMIT[@]}"} ${EXTRA:-} > "$OUT/real_bench.log" 2>&1
 rc=$?
 echo "real_bench rc $rc" >> "$OUT/real_bench.log"

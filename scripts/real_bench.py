@@ -155,11 +155,12 @@ class Launch:
 
 class MegaRunner:
     """Runs the pipeline on one backend and says how long it took. `gpu`: the mega-kernel
-    (deterministic mode, a team of `team_warps`); `cpu`/`sim`: the CPU build or the simulator
-    (a smoke test of this script: their times mean little)."""
+    (deterministic mode, a team of `team_warps`; None: the runtime's choice, noted in `chosen`);
+    `cpu`/`sim`: the CPU build or the simulator (a smoke test of this script: their times mean little)."""
 
-    def __init__(self, compiled, backend: str = "gpu", team_warps: int = 1, timeout: float = 300.0):
+    def __init__(self, compiled, backend: str = "gpu", team_warps: int | None = 1, timeout: float = 300.0):
         self.compiled, self.backend, self.team_warps, self.timeout = compiled, backend, team_warps, timeout
+        self.chosen = team_warps
 
     def __call__(self, params: dict, inputs: list[dict], batch: int) -> Launch:
         from xlgen.runtime import cpu, sim
@@ -171,6 +172,7 @@ class MegaRunner:
             from xlgen.runtime import gpu
 
             result = gpu.run(self.compiled, params, inputs, config, team_warps=self.team_warps, timeout=self.timeout)
+            self.chosen = result.extra["team_warps"]
             call_ms = (time.perf_counter() - t0) * 1e3
             timing = result.extra["timing"]
             return Launch(result, timing.wall_ms, call_ms, timing.kernel_ms)
@@ -215,7 +217,7 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     accepted = sum(int(s.accepted.sum()) for s in stats)
     tokens = sum(len(a) for a in answers)
     row = Row(variant, batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
-              team_warps=runner.team_warps if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
+              team_warps=runner.chosen if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
               rounds=rounds, verify_steps=steps, tokens_per_step=tokens / steps if steps else None,
               acceptance=accepted / proposed if proposed else None,
               equal_plain=equal_count(answers, plain) if plain is not None else "", note="; ".join(note))
@@ -541,7 +543,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "models/bytes_pair/heldout_prompts.json, 72 held-out prompts: PyTorch's recorded tokens "
                          "cover only the bundled ones, so = PyTorch compares those it has, every variant = plain)")
     ap.add_argument("--team-warps", type=lambda s: _ints(s, "--team-warps"), default=None,
-                    help="warps per request of the mega-kernel, a list (default $XLGEN_TEAM_WARPS or 1)")
+                    help="warps per request of the mega-kernel, a list (default $XLGEN_TEAM_WARPS, else the runtime's "
+                         "choice for each batch)")
     ap.add_argument("--request-in-shared", default=None, metavar="MODES",
                     help="XL_REQUEST_IN_SHARED values to compare, e.g. 0,1 (sets XLGEN_NVRTC_OPTIONS; "
                          "default: the kernel's default, or what XLGEN_NVRTC_OPTIONS says)")
@@ -606,7 +609,7 @@ def batch_costs(args, runner: MegaRunner, module, weights: dict, binding: rp.Bin
         costs = cost_table[batch]
     else:
         cal = calibrate(runner, module, weights, binding, batch, rp.load_prompts(), args.calibrate_repeats)
-        cal["team_warps"] = runner.team_warps
+        cal["team_warps"] = runner.chosen
         report["calibration"].append(cal)
         costs = cal["costs_us"]
     report["costs"][str(batch)] = {str(b): c for b, c in costs.items()}
@@ -626,7 +629,7 @@ def run(args: argparse.Namespace) -> dict:
     compiled = load(args.pipeline or binding.pipeline_path())
     module = compiled.sim_module()
     rp.check_binding(compiled.program, binding)
-    teams = args.team_warps or [int(os.environ.get("XLGEN_TEAM_WARPS", "1"))]
+    teams = args.team_warps or [int(os.environ["XLGEN_TEAM_WARPS"]) if os.environ.get("XLGEN_TEAM_WARPS") else None]
     if args.backend != "gpu":
         teams = teams[:1]
     modes = args.request_in_shared or [None]
@@ -650,14 +653,14 @@ def run(args: argparse.Namespace) -> dict:
         if args.backend == "gpu":
             set_request_mode(mode)
         for team in teams:
-            if team > 1 and mode == "2":
+            if team is not None and team > 1 and mode == "2":
                 print(f"team {team} with request mode 2: skipped (a team keeps its request in mode 0 or 1)")
                 continue
             runner = MegaRunner(compiled, args.backend, team, args.timeout)
             t0 = time.perf_counter()  # the first launch: compile (or the cache), module load, weights' upload
             runner(rp.launch_params(module, weights, binding.params("plain")), rp.request_inputs(prompts[:1], 1, binding),
                    1)
-            report["first_launch_s"][f"team {team} mode {mode or 'default'}"] = time.perf_counter() - t0
+            report["first_launch_s"][f"team {team or 'chosen'} mode {mode or 'default'}"] = time.perf_counter() - t0
             for batch in args.batches:
                 costs = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
                 if args.calibrate_only:

@@ -214,7 +214,8 @@ Examples:
               help="Seconds to wait for the kernel before aborting it and printing a hang report.")
 @click.option("--team-warps", type=click.Choice(["1", "2", "4", "8", "16", "32"]), default=None,
               help="Warps per request (deterministic mode): a block of W warps serves each request, its lanes "
-                   "loops spread over them (docs/gpu.md). Default 1, or $XLGEN_TEAM_WARPS.")
+                   "loops spread over them (docs/gpu.md). Default $XLGEN_TEAM_WARPS, else the runtime's choice: "
+                   "32 at small batches for programs whose lanes loops hold reductions, else 1.")
 @report_options
 @_timeline_option
 @_GPUS_OPTIONS
