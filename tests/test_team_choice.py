@@ -59,3 +59,30 @@ def test_the_environment_overrides_the_choice(monkeypatch):
     assert gpu.team_warps_default() is None  # the runtime chooses
     monkeypatch.setenv("XLGEN_TEAM_WARPS", "4")
     assert gpu.team_warps_default() == 4
+
+
+def test_the_cubin_cache_is_named_by_source_and_options(tmp_path, monkeypatch, capsys):
+    """gpu.cubin_plan: what compile_module compiles and where it caches it; a cubin compiled
+    elsewhere (scripts/precompile_cubins.py) under that name is used as is."""
+    monkeypatch.setenv("XLGEN_CACHE", str(tmp_path))
+    compiled = load_text(MATVEC, "matvec.xl")
+    source, options, path = gpu.cubin_plan(compiled, 16, "90")
+    assert path.parent == compiled.dir and path.suffix == ".cubin"
+    assert "-arch=sm_90" in options and "-DXL_TEAM_WARPS=16" in options and "--fmad=false" in options
+    assert "xl_run_deterministic" in source
+    assert gpu.cubin_plan(compiled, 32, "90")[2] != path  # another team shape: another cubin
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_ROWS_MAX=0")
+    assert gpu.cubin_plan(compiled, 16, "90")[2] != path  # other options: another cubin
+
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "precompile_cubins.py"
+    spec = importlib.util.spec_from_file_location("precompile_cubins", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "matvec.xl").write_text(MATVEC)
+    monkeypatch.delenv("XLGEN_NVRTC_OPTIONS")
+    assert module.main([str(tmp_path / "matvec.xl"), "--teams", "16", "--dry-run"]) == 0
+    expected = gpu.cubin_plan(load(tmp_path / "matvec.xl"), 16, "90")[2]
+    assert capsys.readouterr().out.strip() == f"{expected} (team 16)"

@@ -11,6 +11,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -115,19 +116,26 @@ def nvrtc_compile(source: str, name: str, options: tuple[str, ...]) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
+def cubin_plan(compiled, team_warps: int, cc: str, timeline: bool = False) -> tuple[str, tuple[str, ...], Path]:
+    """What compile_module compiles for a device of compute capability `cc` ("90"): the source,
+    the NVRTC options, and the cached cubin's path (named by their content hash, so a cubin
+    compiled elsewhere from the same source and options is used as is: scripts/precompile_cubins.py)."""
+    mode = request_mode(request_bytes(compiled), team_warps)
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode)
+    source = single_source(compiled, timeline)
+    key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
+    return source, options, compiled.dir / f"{compiled.name}_gpu_{key}.cubin"
+
+
 def compile_module(compiled, team_warps: int = 1, timeline: bool = False) -> CompiledModule:
     """Compile NAME_gpu.cu (with `timeline`, its timeline build) for this device, cached by
     content hash (in memory and as a cubin)."""
     import cupy
 
-    cc = cupy.cuda.Device().compute_capability
-    mode = request_mode(request_bytes(compiled), team_warps)
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode)
-    source = single_source(compiled, timeline)
-    key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
+    source, options, cubin_path = cubin_plan(compiled, team_warps, cupy.cuda.Device().compute_capability, timeline)
+    key = cubin_path.stem
     if key in _MODULES:
         return _MODULES[key]
-    cubin_path = compiled.dir / f"{compiled.name}_gpu_{key}.cubin"
     if cubin_path.exists():
         cubin = cubin_path.read_bytes()
     else:
@@ -204,8 +212,8 @@ def choose_team_warps(program, mode: str, max_active: int, sms: int) -> int:
     """The team the runtime picks where neither the caller nor XLGEN_TEAM_WARPS sets one: one warp,
     except in deterministic mode for a program that wants teams (wants_team), where it is the
     largest of TEAM_WARPS with max_active teams within TEAM_WARPS_PER_SM warps per SM. Measured
-    on an H100 with the real pair (docs/benchmarks.md): at batch 1 and 8, teams of 32 warps beat
-    16 by 12-13%, and 16 beat a warp per request by ~4x."""
+    on an H100 with the real pair (docs/benchmarks.md): teams of 32 warps beat 16 by 13% at
+    batch 1 and by 5% at batch 8 (plain greedy, one call)."""
     if mode != "deterministic" or not wants_team(program):
         return 1
     return max(w for w in TEAM_WARPS if w == 1 or max(1, max_active) * w <= sms * TEAM_WARPS_PER_SM)
