@@ -477,16 +477,17 @@ class CppEmitter:
             checked = self.raises(r.value) == ALWAYS
             lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *self._lane_bounds(r, depth + 1)]
             shared = grouping.invariant_operand(r.value, moving)
-            if shared is not None and self.raises(shared) == ALWAYS:
+            if shared is not None and self.raises(shared) == ALWAYS and not checked:
                 shared = None  # (its checks would go unseen: they stay in the element)
             j = names.cpp(r.var)
+            params = f"int32_t {j}, XlErr& err" if checked else f"int32_t {j}"  # checked: xl_shared_part
             if shared is not None:
                 wt = cpp_ops.value_type(shared.type)
                 pre, pre_err = self._expr_and_err(shared, r.loc.line)
-                pre = f"[&](int32_t {j}) -> {wt} {{ {pre_err}return {pre}; }},"
+                pre = f"[&]({params}) -> {wt} {{ {'(void)err; ' if checked else pre_err}return {pre}; }},"
                 self.hoisted[id(shared)] = "xl_w"
             else:
-                wt, pre = "int32_t", "[](int32_t) -> int32_t { return 0; },"
+                wt, pre = "int32_t", "[](auto...) -> int32_t { return 0; },"
             try:
                 value, value_err = self._expr_and_err(r.value, r.loc.line)
             finally:
@@ -576,6 +577,10 @@ class CppEmitter:
         lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};",
                  f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]
         lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_t;" for n in g.positions]
+        per_tile = g.per_tile(s.var)
+        if per_tile:  # the lets the same over the tile, from its first row (grouping.Rows.per_tile)
+            lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_row0;" for n in g.rows]
+            lines += self._head_lets([x for x in g.lets if x.name in per_tile], pad)
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
         try:

@@ -110,8 +110,36 @@ class Rows:
     tail: tuple[ir.Stmt, ...]
 
     def per_row(self, var: str) -> set[str]:
-        """Names whose value differs between the rows of a tile."""
-        return _moving(self.lets, {var, *self.rows})
+        """Names whose value may differ between the rows of a tile (the head's lets but those
+        the same over every tile: per_tile)."""
+        return _moving(self.lets, {var, *self.rows}) - self.per_tile(var)
+
+    def per_tile(self, var: str) -> set[str]:
+        """The head's lets whose value is the same for every row of a tile of rows: those that
+        read the row only as `row / C`, C a multiple of 32 (`i / HEAD`), neither the loop
+        variable nor any other let but such ones. A tile is R <= 32 rows (a power of two)
+        starting at a multiple of R within its one position, and rows are not negative, so `row
+        / C` is the same over it. Only with a split (without one, tiles start wherever the loop
+        does)."""
+        if self.k is None:
+            return set()
+        rows, same, lets = set(self.rows), set(), {y.name for y in self.lets}
+        for x in self.lets:
+            reads = locals_read(x.value)
+            if _reads_rows_only_over(x.value, rows, 32) and var not in reads and not (reads & lets) - same:
+                same.add(x.name)
+        return same
+
+
+def _reads_rows_only_over(e: ir.Expr, rows: set[str], unit: int) -> bool:
+    """Whether `e` reads the locals `rows` only as `row / C`, C an i32 constant multiple of `unit`."""
+    if (isinstance(e, ir.Binary) and e.op == "/" and isinstance(e.left, ir.Var) and e.left.name in rows
+            and isinstance(e.right, ir.Const) and e.right.type == ir.I32 and e.right.value > 0
+            and e.right.value % unit == 0):
+        return True
+    if isinstance(e, ir.Var) and e.kind == ir.LOCAL and e.name in rows:
+        return False
+    return all(_reads_rows_only_over(c, rows, unit) for c in ranges.children(e))
 
 
 def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
@@ -183,9 +211,11 @@ def rows_plan(s: ir.Lanes) -> Rows | None:
 
 
 def invariant_operand(e: ir.Expr, moving: set[str]) -> ir.Expr | None:
-    """The largest subexpression of a sum's element that is the same for every position of a
-    group and reads memory (the weight): computed once per element for the group. None when
-    there is no single such subexpression."""
+    """The first (leftmost) of the largest subexpressions of a sum's element that are the same for
+    every iteration of a tile (read no `moving` name) and read memory (a group's weight, a tile of
+    rows' activation or attention weight): computed once per element for the tile. None when there
+    is none. (Others stay in the element: attention's weighted sum of V also reads the page table
+    the same for every row.)"""
     found: list[ir.Expr] = []
 
     def reads_memory(x) -> bool:
@@ -200,4 +230,4 @@ def invariant_operand(e: ir.Expr, moving: set[str]) -> ir.Expr | None:
             visit(c)
 
     visit(e)
-    return found[0] if len(found) == 1 else None
+    return found[0] if found else None

@@ -1192,6 +1192,20 @@ XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlRowSum<T, xl_po
 // build computes each row's sum with xl_reduce_sum: the same bits. Check: elements may fail; every
 // one is evaluated (one that failed read safe substitutes) and false says one did (the tile then
 // runs an iteration at a time: xl_lanes_grouped).
+// The part of a tile's element the same for every row, x(j); with Check, x(j, err), which may fail
+// (an index the checker could not prove): `failed` then says so.
+template <bool Check, typename X>
+XL_DEVICE auto xl_shared_part(X& x, int32_t j, bool& failed) {
+    if constexpr (Check) {
+        XlErr e = {0, 0, 0};
+        const auto v = x(j, e);
+        failed |= e.code != 0;
+        return v;
+    } else {
+        return x(j);
+    }
+}
+
 template <typename T, int R, bool Check, typename X, typename Elem>
 XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>& out, X x, Elem elem) {
 #if XL_ON_GPU
@@ -1201,7 +1215,7 @@ XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlR
     for (int r = 0; r < R; ++r) acc[r] = xl_sum_identity<T>();
 #pragma unroll 4
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-        const auto xj = x((int32_t)j);
+        const auto xj = xl_shared_part<Check>(x, (int32_t)j, failed);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rlo && r < rhi) {
@@ -1221,7 +1235,7 @@ XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlR
     for (int32_t r = rlo; r < rhi; ++r) {
         XlErr e = {0, 0, 0};
         out.v[r] = xl_reduce_sum<T, Check>(e, 1, lo, hi, [&](int32_t j, [[maybe_unused]] XlErr& ee) -> T {
-            if constexpr (Check) return elem(r, j, x(j), ee);
+            if constexpr (Check) return elem(r, j, x(j, ee), ee);  // (the shared part's error fails it too)
             else return elem(r, j, x(j));
         });
         if (Check && e.code) return false;

@@ -263,6 +263,13 @@ class StatementGen:
             name = self.new_local(ctx, "h")
             lines.append(f"{pad}let {name} = " + form.format(t=row, c=col, w=width))
             ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
+        # now and then (a stream of its own) a let the same over a tile of rows, as attention's
+        # `t * H + i / HEAD` (grouping.Rows.per_tile: the column only over a multiple of 32)
+        if self.tile_rng.random() < 0.3:
+            form = self.tile_rng.choice(["{c} / 32", "{t} * 3 + {c} / 64", "{c} / 32 - {t}"])
+            name = self.new_local(ctx, "h")
+            lines.append(f"{pad}let {name} = " + form.format(t=row, c=col))
+            ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
         for _ in range(self.rng.randrange(1, 4)):
             lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
