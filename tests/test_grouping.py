@@ -381,6 +381,13 @@ done when done_
 """
 
 
+def head_rows_inputs(seed: int):
+    """(another request's page, positions): requests 3 and 4 fail (HEAD_ROWS)."""
+    rng = np.random.default_rng(seed)
+    return [{"other": other, "n": n, "att": rng.standard_normal(112).astype(np.float32).tolist()}
+            for other, n in [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4), (5, 3), (6, 2), (7, 1)]]
+
+
 def test_a_let_the_same_over_a_tile_of_rows_is_read_once_per_element():
     compiled = load_text(HEAD_ROWS, "head_rows.xl")
     loop = next(x for x in lanes_loops(compiled) if x.var == "e")
@@ -391,10 +398,7 @@ def test_a_let_the_same_over_a_tile_of_rows_is_read_once_per_element():
     # reports its failures (xl_shared_part)
     assert "[[maybe_unused]] const int32_t i = xl_row0;" in code
     assert re.search(r"\[&\]\(int32_t s, XlErr& err\) -> float \{ \(void\)err; return r\.att\[", code)
-    rng = np.random.default_rng(3)
-    inputs = [{"other": other, "n": n, "att": rng.standard_normal(112).astype(np.float32).tolist()}
-              for other, n in [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4), (5, 3), (6, 2), (7, 1)]]
-    want = agrees(compiled, {}, inputs)
+    want = agrees(compiled, {}, head_rows_inputs(3))
     # request 3 reads past att (n = 4: rows 32.. of position 3), request 4 another's page first
     assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {3, 4}
 
@@ -441,10 +445,7 @@ def test_gpu_equals_the_simulator(team_warps):
 @pytest.mark.gpu
 @pytest.mark.parametrize("team_warps", [1, 4, 16])
 def test_gpu_a_let_the_same_over_a_tile_equals_the_simulator(team_warps):
-    rng = np.random.default_rng(4)
-    inputs = [{"other": other, "n": n, "att": rng.standard_normal(112).astype(np.float32).tolist()}
-              for other, n in [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4), (5, 3), (6, 2), (7, 1)]]
-    agrees(load_text(HEAD_ROWS, "head_rows.xl"), {}, inputs, team_warps)
+    agrees(load_text(HEAD_ROWS, "head_rows.xl"), {}, head_rows_inputs(4), team_warps)
 
 
 @pytest.mark.gpu
