@@ -629,7 +629,9 @@ def run(args: argparse.Namespace) -> dict:
     compiled = load(args.pipeline or binding.pipeline_path())
     module = compiled.sim_module()
     rp.check_binding(compiled.program, binding)
-    teams = args.team_warps or [int(os.environ["XLGEN_TEAM_WARPS"]) if os.environ.get("XLGEN_TEAM_WARPS") else None]
+    from xlgen.runtime import gpu  # (no GPU needed: the environment's team, None for the runtime's choice)
+
+    teams = args.team_warps or [gpu.team_warps_default()]
     if args.backend != "gpu":
         teams = teams[:1]
     modes = args.request_in_shared or [None]

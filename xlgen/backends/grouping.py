@@ -42,6 +42,7 @@ from ..core import ir
 from . import ranges
 
 MAX_GROUP = 16  # positions per group: one accumulator each per sum, in registers
+TILE_ROWS_MAX = 32  # rows per tile of rows at most (xl_rows_per_tile: a power of two <= 32)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Rows:
         rows, same, lets = set(self.rows), set(), {y.name for y in self.lets}
         for x in self.lets:
             reads = locals_read(x.value)
-            if _reads_rows_only_over(x.value, rows, 32) and var not in reads and not (reads & lets) - same:
+            if _reads_rows_only_over(x.value, rows, TILE_ROWS_MAX) and var not in reads and not (reads & lets) - same:
                 same.add(x.name)
         return same
 
