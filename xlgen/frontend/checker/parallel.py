@@ -148,9 +148,11 @@ class ParallelRules:
         return True
 
     def _lanes_pool_write(self, s, ctx: Context, pool: ir.Pool, indices, index_nodes) -> bool:
-        """A pool written in a lanes loop: exactly one index differs per iteration, in a form
-        one-to-one in i (as for arrays), and every other index is the same in every
-        iteration, so no two iterations write one element."""
+        """A pool written in a lanes loop: one index in a form one-to-one in i (as for arrays),
+        so no two iterations write one element, whatever the other indices are (elements that
+        differ in one index are different elements: every index is checked against its
+        dimension). The others may change too, e.g. with an inner loop's variable: an iteration
+        writing several elements (a K/V row per position) still writes only its own."""
         lanes = ctx.lanes
         inner = {name for scope in ctx.scopes[lanes.scope_depth - 1:] for name in scope}
         varying = [k for k, e in enumerate(indices) if _mentions(e, inner)]
@@ -159,15 +161,9 @@ class ParallelRules:
             self.error(s.loc, f"a lanes loop writes pool '{pool.name}' at the same element in every iteration; "
                               f"give one index the form {form}")
             return False
-        if len(varying) > 1:
-            self.error(index_nodes[varying[1]].loc, f"a lanes loop writes pool '{pool.name}' with more than one "
-                                                    f"index that changes across iterations; one index may change "
-                                                    f"(as {form}), the others must be the same in every iteration")
-            return False
-        k = varying[0]
-        if not _distinct_per_iteration(indices[k], lanes.var, inner):
-            self.error(index_nodes[k].loc, f"a lanes loop writes pool '{pool.name}' at an index that may repeat "
-                                           f"across iterations; write it at {form}")
+        if not any(_distinct_per_iteration(indices[k], lanes.var, inner) for k in varying):
+            self.error(index_nodes[varying[0]].loc, f"a lanes loop writes pool '{pool.name}' at indices that may "
+                                                    f"repeat across iterations; give one index the form {form}")
             return False
         lanes.writes.setdefault(pool.name, []).append(tuple(indices))
         return True

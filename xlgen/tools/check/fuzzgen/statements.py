@@ -238,10 +238,27 @@ class StatementGen:
             body.append(f"{pad}    {a.name}[{offsets[a.name]}] = {value.text}")
         for pool, _ in pools:  # and every written pool
             body += self.pool_store(ctx, pool, offsets[pool.name], self.expr(ctx, pool.elem, 2), ind + 1)
+        rows = [(p, k) for p, k in pools if len(p.dims) > 1]
+        if rows and self.pool_rows_rng.random() < 0.3:  # a stream of its own: older seeds unchanged
+            body += self.pool_row_store(ctx, *self.pool_rows_rng.choice(rows), offsets, ind + 1)
         ctx.loops -= 1
         ctx.lanes, ctx.lane_scope = saved
         self.pop(ctx)
         return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
+
+    def pool_row_store(self, ctx: Ctx, pool: Pool, lane_dim: int, offsets: dict, ind: int) -> list[str]:
+        """An iteration writing a row of its own elements, as the real pair's K/V store does
+        (`kv[pages[t / PAGE], l, i, t % PAGE]` for each position t, a lane per i): an inner
+        loop whose variable moves the other indices, the lanes-form index kept."""
+        pad = "    " * ind
+        var = self.new_local(ctx, "t")
+        n = self.pool_rows_rng.choice([2, 3])
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=(0, n - 1))})
+        indices = tuple(offsets[pool.name][k] if k == lane_dim else
+                        f"(({var} + {self.invariant_index(ctx, d)}) % {d})" for k, d in enumerate(pool.dims))
+        body = self.pool_store(ctx, pool, indices, self.expr(ctx, pool.elem, 2), ind + 1)
+        self.pop(ctx)
+        return [f"{pad}for {var} in 0..{n} {{", *body, f"{pad}}}"]
 
     def rows_head(self, ctx: Ctx, var: str, ind: int, length: int) -> list[str]:
         """The head of a matrix-vector iteration, as the real pair's passes write them: a row and
