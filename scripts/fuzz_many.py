@@ -10,6 +10,10 @@ simulator against the CPU build, over a range of seeds, one process per core.
     ROWS=1 python3 scripts/fuzz_many.py ...                    # only programs with a loop run in tiles of
                                                                # rows (grouping.rows_plan)
     PROCS=1 python3 scripts/fuzz_many.py ...                   # only programs using procs (~22% of them)
+    POOL_ROWS=1 python3 scripts/fuzz_many.py ...               # only programs whose lanes loops write a row
+                                                               # of a pool per iteration (~6% of them)
+    PARTS=1 python3 scripts/fuzz_many.py ...                   # only programs whose tiles hoist several parts
+                                                               # or a pool read's page (grouping.invariant_parts)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
@@ -18,6 +22,7 @@ Reproduce one: `python -c "from xlgen.tools.check.fuzzgen import generate; print
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,10 +30,16 @@ import time
 import traceback
 from multiprocessing import Pool
 
+# A pool row written by a lanes loop's iteration (fuzzgen's pool_row_store): an inner loop of 2 or 3
+# whose store moves an index other than the lanes-form one.
+# A tile's shared parts: several (a struct), or a pool read's checked page alone (emit_cpp._tile_sums).
+HOISTED_PARTS = re.compile(r"xl_w\.p\d|-> int32_t \{ [^}]*return xl_pool_page")
+POOL_ROW = re.compile(r"for \w+ in 0\.\.[23] \{\n(\s+if own\d+\[.*\] == req_id \{\n)?\s+pl\d+\[")
+
 
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1 or PROCS=1 skips."""
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, PARTS=1, PROCS=1 or POOL_ROWS=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -39,12 +50,16 @@ def one(seed: int):
     pools = " owned by " in case.source
     if os.environ.get("PROCS") == "1" and "\nproc " not in case.source:
         return seed, None, pools, False
+    if os.environ.get("POOL_ROWS") == "1" and not POOL_ROW.search(case.source):
+        return seed, None, pools, False
     try:
         compiled = load_text(case.source, name="fuzz.xl")
         source = gpu.single_source(compiled)
         if os.environ.get("GROUPED") == "1" and "xl_sum_group<" not in source:
             return seed, None, pools, False
         if os.environ.get("ROWS") == "1" and "xl_sum_rows<" not in source:
+            return seed, None, pools, False
+        if os.environ.get("PARTS") == "1" and not HOISTED_PARTS.search(source):
             return seed, None, pools, False
         problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","), compiled=compiled)
         return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools, True

@@ -14,6 +14,7 @@ from xlgen.backends import grouping
 from xlgen.backends.build import load, load_text
 from xlgen.core import ir
 from xlgen.runtime import cpu, sim
+from xlgen.semantics import ops
 from xlgen.tools.check.diff import compare
 
 # Positions x rows over n positions from position `first`: sums reading row i of `w` and the
@@ -415,6 +416,81 @@ def test_which_lets_are_the_same_over_a_tile():
     assert per_tile("i / 16") == set()  # 16 rows may straddle a multiple of 16 in a tile of 32
     assert per_tile("(i + 1) / 32") == set()  # not the row itself
     assert per_tile("i % 2") == set()
+
+
+PAGE_ROWS = """pipeline page_rows
+const PAGES: i32 = 8
+const D: i32 = 64
+const HEAD: i32 = 32
+pool kv: f32[PAGES, D, 4] owned by page_owner
+shared {
+    page_owner: i32[PAGES] = -1
+}
+request {
+    pages: i32[4]
+    n: i32
+    att: f32[8 * 16]
+    y: f32[4 * D]
+    granted: bool
+    done_: bool
+}
+arbiter grant when !granted {
+    page_owner[req_id] = req_id
+    granted = true
+}
+stage fill when granted && !done_ {
+    lanes for i in 0..D {
+        for c in 0..4 {
+            kv[req_id, i, c] = (i as f32) * 0.25 - (c as f32) - (req_id as f32)
+        }
+    }
+    # attention's weighted sum of V: position s in page pages[s / 4], column s % 4
+    lanes for e in 0..n * D {
+        let t = e / D
+        let i = e % D
+        let row = t * 2 + i / HEAD
+        let acc = sum(s in 0..16: att[row * 16 + s] * kv[pages[s / 4], i, s % 4])
+        y[e] = acc
+    }
+    done_ = true
+}
+trace fill: y
+done when done_
+"""
+
+
+def page_rows_inputs(seed: int):
+    """Request r owns page r; its page table is its own page four times, but for request 3 (another's
+    page: NOT_OWNER) and request 5 (a page past the pool: INDEX)."""
+    rng = np.random.default_rng(seed)
+    tables = {3: [3, 3, 1, 3], 5: [5, 9, 5, 5]}
+    return [{"pages": tables.get(r, [r] * 4), "n": n, "att": rng.standard_normal(128).astype(np.float32).tolist()}
+            for r, n in enumerate([1, 2, 3, 4, 4, 3, 2, 1])]
+
+
+def test_a_tile_checks_a_pool_reads_page_once():
+    compiled = load_text(PAGE_ROWS, "page_rows.xl")
+    loop = next(x for x in lanes_loops(compiled) if x.var == "e")
+    head = grouping.rows_plan(loop)
+    parts = grouping.invariant_parts(head.sums[0].value, head.per_row(loop.var))
+    # the attention weight (row: the same over the tile) and the page of the pool read, whose
+    # column (i) differs per row
+    assert [type(x).__name__ for x in parts] == ["Load", "PoolPage"]
+    code = kernel(compiled)
+    assert "struct XlParts { float p0; int32_t p1; };" in code
+    assert re.search(r"return XlParts\{r\.att\[.*xl_pool_page\(err, \d+, \d+, \d+, sh\.page_owner, req_id, "
+                     r"xl_idx\(err, \d+, \d+, r\.pages\[", code)
+    assert "p.kv[((xl_w.p1) * 64 + (int32_t)(i)) * 4 + " in code  # the element: its row's column of that page
+    want = agrees(compiled, {}, page_rows_inputs(5))
+    # (request, error code): the failing part fails the tile, whose iterations then run one at a
+    # time and fail as they must
+    assert {(int(r[0]), int(r[4])) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {(3, ops.ERR_NOT_OWNER), (5, ops.ERR_INDEX)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16])
+def test_gpu_a_pool_reads_page_checked_once_per_tile_equals_the_simulator(team_warps):
+    agrees(load_text(PAGE_ROWS, "page_rows.xl"), {}, page_rows_inputs(6), team_warps)
 
 
 def test_the_real_pairs_matrix_vector_passes_are_grouped():

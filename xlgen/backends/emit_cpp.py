@@ -47,7 +47,8 @@ class CppEmitter:
         self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
         self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
-        self.hoisted: dict[int, str] = {}  # id(subexpression) -> the C++ name holding its value
+        # id(subexpression), or ("page", id(pool read)), -> the C++ name holding its value
+        self.hoisted: dict[object, str] = {}
         self.stage_name = ""  # the stage being emitted
         self.line_sites: list[str] = []  # XL_LINE_MARK(k) of -DXL_PROFILE_LINES marks site k's file:line
 
@@ -145,13 +146,25 @@ class CppEmitter:
         """The flat position of a pool element: each index checked against its dimension, then
         the page's owner (the key after every index's: §13.3's order), row-major."""
         name = e.pool.name
-        codes = [self._index(e, k, self.expr(index), dim, self.sites.of("pool", name, k), checked, as_int=True)
+        hoisted = self.hoisted.get(("page", id(e)))  # its page, checked once for a tile (grouping.PoolPage)
+        codes = [hoisted if k == 0 and hoisted else
+                 self._index(e, k, self.expr(index), dim, self.sites.of("pool", name, k), checked, as_int=True)
                  for k, (index, dim, checked) in enumerate(zip(e.indices, e.pool.dims, e.checked))]
-        owner = self.expr(self.program.pool_owner(e.pool))
-        flat = f"xl_pool_page({self._sink()}, {self.sites.of('pool', name)}, {owner}, req_id, {codes[0]})"
+        flat = codes[0] if hoisted else self._pool_page(e, codes[0])
         for code, dim in zip(codes[1:], e.pool.dims[1:]):
             flat = f"({flat}) * {dim} + {code}"
         return flat
+
+    def _pool_page(self, e, index_code: str) -> str:
+        """A pool read's page, `index_code` (checked), then its owner checked."""
+        owner = self.expr(self.program.pool_owner(e.pool))
+        return f"xl_pool_page({self._sink()}, {self.sites.of('pool', e.pool.name)}, {owner}, req_id, {index_code})"
+
+    def expr_PoolPage(self, e: grouping.PoolPage) -> str:
+        load = e.load
+        index = self._index(load, 0, self.expr(load.indices[0]), load.pool.dims[0],
+                            self.sites.of("pool", load.pool.name, 0), load.checked[0], as_int=True)
+        return self._pool_page(load, index)
 
     def expr_PoolLoad(self, e: ir.PoolLoad) -> str:
         return f"p.{names.cpp(e.pool.name)}[{self._pool_element(e)}]"
@@ -464,11 +477,12 @@ class CppEmitter:
 
     def _tile_sums(self, sums, moving: set[str], depth: int, declare, run, which: str, lets) -> list[str]:
         """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
-        runtime's `run(type, name, checked)` (xl_sum_group, xl_sum_rows): the part of the element
-        the same for every iteration of the tile (`moving`: the names that differ), the weight of
-        a group or the activation of a tile of rows, computed once per element as `xl_w`; the
-        element for iteration `which` (xl_g, xl_ri) after its `lets`. An element that may fail
-        (`checked`: a tile of rows only) reports into the runtime's `err`."""
+        runtime's `run(type, name, checked)` (xl_sum_group, xl_sum_rows): the parts of the element
+        the same for every iteration of the tile (`moving`: the names that differ;
+        grouping.invariant_parts), the weight of a group, the activation or attention weight and
+        page of a tile of rows, computed once per element as `xl_w` (several: a struct, `xl_w.p0`
+        ...); the element for iteration `which` (xl_g, xl_ri) after its `lets`. An element that may
+        fail (`checked`: a tile of rows only) reports into the runtime's `err`."""
         pad = IND * depth
         lines = []
         for k, r in enumerate(sums):
@@ -476,22 +490,29 @@ class CppEmitter:
             acc = f"xl_sums{k}"
             checked = self.raises(r.value) == ALWAYS
             lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *self._lane_bounds(r, depth + 1)]
-            shared = grouping.invariant_operand(r.value, moving)
-            if shared is not None and self.raises(shared) == ALWAYS and not checked:
-                shared = None  # (its checks would go unseen: they stay in the element)
+            # (a part that may fail only where the element may: else its checks would go unseen)
+            parts = [x for x in grouping.invariant_parts(r.value, moving) if checked or self.raises(x) != ALWAYS]
             j = names.cpp(r.var)
             params = f"int32_t {j}, XlErr& err" if checked else f"int32_t {j}"  # checked: xl_shared_part
-            if shared is not None:
-                wt = cpp_ops.value_type(shared.type)
-                pre, pre_err = self._expr_and_err(shared, r.loc.line)
-                pre = f"[&]({params}) -> {wt} {{ {'(void)err; ' if checked else pre_err}return {pre}; }},"
-                self.hoisted[id(shared)] = "xl_w"
+            keys = [("page", id(x.load)) if isinstance(x, grouping.PoolPage) else id(x) for x in parts]
+            codes, pre_err = self._parts_code(parts, r.loc.line)
+            if len(parts) == 1:
+                wt = cpp_ops.value_type(parts[0].type)
+                pre = f"[&]({params}) -> {wt} {{ {'(void)err; ' if checked else pre_err}return {codes[0]}; }},"
+                self.hoisted[keys[0]] = "xl_w"
+            elif parts:  # several: a struct of them, evaluated left to right
+                wt = "auto"
+                fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
+                pre = (f"[&]({params}) {{ {'(void)err; ' if checked else pre_err}struct XlParts {{ {fields} }}; "
+                       f"return XlParts{{{', '.join(codes)}}}; }},")
+                self.hoisted.update({key: f"xl_w.p{k}" for k, key in enumerate(keys)})
             else:
                 wt, pre = "int32_t", "[](auto...) -> int32_t { return 0; },"
             try:
                 value, value_err = self._expr_and_err(r.value, r.loc.line)
             finally:
-                self.hoisted.pop(id(shared), None)
+                for key in keys:
+                    self.hoisted.pop(key, None)
             err_param = ", XlErr& err" if checked else ""
             lines += [f"{pad}{IND}{run(t, acc, checked)}",
                       f"{pad}{IND * 2}{pre}",
@@ -501,6 +522,16 @@ class CppEmitter:
                       f"{pad}{IND}}}){' == false) return false;' if checked else ';'}",
                       f"{pad}}}"]
         return lines
+
+    def _parts_code(self, parts, line: int) -> tuple[list[str], str]:
+        """The C++ of a tile's shared parts, and the declaration of the `err` their checks name."""
+        saved, self.uses_err = self.uses_err, False
+        try:
+            self.key, self.line = 0, line  # (one statement's numbering for all of them)
+            codes = [self.expr(x) for x in parts]
+            return codes, ("XlErr err = {0, 0, 0}; " if self.uses_err else "")
+        finally:
+            self.uses_err = saved or self.uses_err
 
     def _tile_tail(self, s: ir.Lanes, sums, tail, depth: int, sum_of: str, store: str) -> list[str]:
         """One iteration's tail in a lambda of its own, so that a failing statement ends only

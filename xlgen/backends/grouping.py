@@ -211,24 +211,41 @@ def rows_plan(s: ir.Lanes) -> Rows | None:
     return head
 
 
-def invariant_operand(e: ir.Expr, moving: set[str]) -> ir.Expr | None:
-    """The first (leftmost) of the largest subexpressions of a sum's element that are the same for
-    every iteration of a tile (read no `moving` name) and read memory (a group's weight, a tile of
-    rows' activation or attention weight): computed once per element for the tile. None when there
-    is none. (Others stay in the element: attention's weighted sum of V also reads the page table
-    the same for every row.)"""
-    found: list[ir.Expr] = []
+@dataclass(frozen=True, eq=False)
+class PoolPage:
+    """A pool read's page with its checks, where the page index is the same for every iteration
+    of a tile but the read is not (attention's weighted sum: `kv[kv_pages[s / PAGE_T], l, D + i,
+    s % PAGE_T]`, i per row): the page index checked, then the page's owner (xl_pool_page)."""
+
+    load: ir.PoolLoad
+    type = ir.I32
+
+
+def invariant_parts(e: ir.Expr, moving: set[str]) -> list:
+    """The parts of a sum's element that are the same for every iteration of a tile (read no
+    `moving` name), computed once per element for the tile, leftmost first: the largest
+    subexpressions that read memory (a group's weight; a tile of rows' activation, attention
+    weight, page table entry), and the checked page of a pool read whose page index is such but
+    whose other indices are not (PoolPage: the page index's checks and the owner check once for
+    the tile's rows). A part that may fail fails the tile, which then runs an iteration at a
+    time (xl_shared_part), so hoisting it cannot change which error an iteration reports."""
+    found: list = []
 
     def reads_memory(x) -> bool:
-        return isinstance(x, (ir.TensorLoad, ir.Load)) or any(reads_memory(c) for c in ranges.children(x))
+        return isinstance(x, (ir.TensorLoad, ir.Load, ir.PoolLoad)) or any(reads_memory(c) for c in ranges.children(x))
 
     def visit(x):
         if not (locals_read(x) & moving):
             if reads_memory(x):
                 found.append(x)
             return
+        if isinstance(x, ir.PoolLoad) and not (locals_read(x.indices[0]) & moving):
+            found.append(PoolPage(x))
+            for c in x.indices[1:]:
+                visit(c)
+            return
         for c in ranges.children(x):
             visit(c)
 
     visit(e)
-    return found[0] if found else None
+    return found
