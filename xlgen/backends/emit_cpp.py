@@ -567,14 +567,14 @@ class CppEmitter:
         # A tail without reductions runs on a lane, the positions side by side (their sums left in
         # lanes by a transposed butterfly); else the warp runs each position's tail in turn.
         on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
-        sums = (lambda t, acc: f"XlRowSum<{t}, xl_pow2_at_least({g.size})> {acc}") if on_lanes else (
+        sums = (lambda t, acc: f"XlGroupSum<{t}, {g.size}> {acc}") if on_lanes else (
             lambda t, acc: f"{t} {acc}[{g.size}]")
         try:
             lines += self._tile_sums(g.sums, g.per_position(s.var), depth, sums,
                                      lambda t, acc, _: f"xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
                                      "xl_g", position_lets)
             if on_lanes:
-                lines.append(f"{pad}xl_rows_tails<xl_pow2_at_least({g.size})>(0, xl_n, [&](int32_t xl_g) {{")
+                lines.append(f"{pad}xl_group_tails<{g.size}>(xl_n, [&](int32_t xl_g) {{")
                 lines += position_lets(pad + IND)
                 lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_g)", "XL_LANE_STORE")
                 lines.append(f"{pad}}});")

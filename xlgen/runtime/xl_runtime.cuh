@@ -1131,8 +1131,8 @@ constexpr int xl_pow2_at_least(int n) {
 // lo..hi: elem(g, j, w(j))), each in the order of xl_reduce_sum (lane l adds elements l, l + 32,
 // ... then the butterfly), w(j) -- the weight, the same for every position -- read once per
 // element. No element can fail (emit_cpp.py groups only such sums). Into out[g] for every lane
-// (a tail that the warp runs), or into an XlRowSum: position g's sum in its own lanes, by a
-// transposed butterfly (a tail that runs on a lane: xl_rows_tails).
+// (a tail that the warp runs), or into an XlGroupSum: position g's sum in lanes of its own
+// (a tail that runs on a lane: xl_group_tails).
 template <typename T, int G, typename Weight, typename Elem>
 XL_DEVICE void xl_group_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[xl_pow2_at_least(G)], Weight w, Elem elem) {
 #if XL_ON_GPU
@@ -1169,18 +1169,76 @@ XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weig
 #endif
 }
 
-template <typename T, int G, typename Weight, typename Elem>
-XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlRowSum<T, xl_pow2_at_least(G)>& out, Weight w,
-                            Elem elem) {
+// The largest power of two <= n (n >= 1).
 #if XL_ON_GPU
+__host__ __device__
+#endif
+constexpr int xl_pow2_at_most(int n) {
+    int p = 1;
+    while (2 * p <= n) p *= 2;
+    return p;
+}
+
+// A group's sums left in lanes (xl_sum_group, a tail that runs on a lane: xl_group_tails): the
+// first P = xl_pow2_at_most(G) positions by a transposed butterfly (position g in lanes g * 32 /
+// P ...), the other G - P < P, in every lane, by plain butterflies. A group of 9 positions so
+// shuffles 8 partials and 1, where a transposed butterfly over all of them would shuffle 16 (7
+// of them empty). The CPU build keeps all G.
+template <typename T, int G>
+struct XlGroupSum {
+#if XL_ON_GPU
+    static constexpr int P = xl_pow2_at_most(G);
+    T v;                            // this lane's position among the first P (xl_row_of_lane<P>)
+    T rest[G > P ? G - P : 1];      // positions P .. G - 1
+    XL_DEVICE T of(int32_t g) const {
+        T x = v;
+#pragma unroll
+        for (int q = 0; q < G - P; ++q)
+            if (g == P + q) x = rest[q];  // (selects: an index into registers would go to memory)
+        return x;
+    }
+#else
+    T v[G];
+    T of(int32_t g) const { return v[g]; }
+#endif
+};
+
+template <typename T, int G, typename Weight, typename Elem>
+XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlGroupSum<T, G>& out, Weight w, Elem elem) {
+#if XL_ON_GPU
+    constexpr int P = XlGroupSum<T, G>::P;
     T acc[xl_pow2_at_least(G)];
     xl_group_partials<T, G>(lo, hi, n, acc, w, elem);
-    out.v = xl_transposed_sum<T, xl_pow2_at_least(G)>(acc);
+    T first[P];
+#pragma unroll
+    for (int g = 0; g < P; ++g) first[g] = acc[g];
+    out.v = xl_transposed_sum<T, P>(first);
+#pragma unroll
+    for (int q = 0; q < G - P; ++q) {
+        T x = acc[P + q];
+        if (P + q < n)  // (the same on every lane)
+            for (int k = 16; k >= 1; k >>= 1) x = xl_sum_add(x, __shfl_xor_sync(0xFFFFFFFFu, x, k));
+        out.rest[q] = x;
+    }
 #else
     for (int g = 0; g < n; ++g) {
         XlErr e = {0, 0, 0};
         out.v[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
     }
+#endif
+}
+
+// Each position's tail of a group (XlGroupSum), g < n: on the GPU position g < P on the first
+// lane holding its sum, position P + q on the second lane of position q's (32 / P >= 2 lanes
+// each), side by side; in the CPU build one after another.
+template <int G, typename Tail>
+XL_DEVICE void xl_group_tails(int32_t n, Tail tail) {
+#if XL_ON_GPU
+    constexpr int P = xl_pow2_at_most(G), span = 32 / P;
+    const int32_t lane = (int32_t)(threadIdx.x & 31u), slot = lane % span, g = slot == 0 ? lane / span : P + lane / span;
+    if (slot <= 1 && g < n) tail(g);
+#else
+    for (int32_t g = 0; g < n; ++g) tail(g);
 #endif
 }
 
