@@ -84,7 +84,7 @@ class CppEmitter:
         if isinstance(e, ir.TensorLoad):
             return max([self._check(e, k, c) for k, c in enumerate(e.checked)]
                        + [self.raises(i) for i in e.indices])
-        if isinstance(e, (ir.PoolLoad, ir.Call)):
+        if isinstance(e, (ir.PoolLoad, ir.Call, grouping.PoolPage)):
             return ALWAYS  # NOT_OWNER; helpers and builtins may raise inside
         own = NEVER
         if isinstance(e, ir.Binary) and cpp_ops.binary_is_checked(e):

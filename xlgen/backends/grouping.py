@@ -214,8 +214,8 @@ def rows_plan(s: ir.Lanes) -> Rows | None:
 @dataclass(frozen=True, eq=False)
 class PoolPage:
     """A pool read's page with its checks, where the page index is the same for every iteration
-    of a tile but the read is not (attention's weighted sum: `kv[kv_pages[s / PAGE_T], l, D + i,
-    s % PAGE_T]`, i per row): the page index checked, then the page's owner (xl_pool_page)."""
+    of a tile but the read is not (attention's weighted sum of V: `pool[table[s / P], l, D + i,
+    s % P]`, i per row): the page index checked, then the page's owner (xl_pool_page)."""
 
     load: ir.PoolLoad
     type = ir.I32
