@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import json
 import os
@@ -58,8 +59,7 @@ def child(block: int, n: int, team: int) -> None:
 def parse_source_csv(text: str) -> list[dict]:
     """ncu's source page (--page source --csv --print-source sass) as rows: the opcode text and
     every numeric column (samples by reason, instructions executed), in program order."""
-    start = text.find('"#"') if '"#"' in text else text.find('"Address"')
-    rows = list(csv.reader(io.StringIO(text[max(start, 0):])))
+    rows = list(csv.reader(io.StringIO(text[max(text.find('"Address"'), 0):])))  # after the kernel's name
     header, out = rows[0], []
     source_col = header.index("Source")
     for r in rows[1:]:
@@ -67,7 +67,7 @@ def parse_source_csv(text: str) -> list[dict]:
             continue
         row = {"sass": r[source_col].strip(), "counts": {}}
         for name, value in zip(header, r):
-            if name in ("#", "Address", "Source"):
+            if name in ("Address", "Source"):
                 continue
             try:
                 v = float(value.replace(",", ""))
@@ -92,8 +92,6 @@ def sample(args) -> int:
                           capture_output=True, text=True, timeout=args.timeout)
     if page.returncode != 0 or not page.stdout:
         raise SystemExit(f"ncu's source page failed:\n{page.stderr[-3000:]}")
-    import gzip
-
     (out / "source_page.csv.gz").write_bytes(gzip.compress(page.stdout.encode()))  # to parse again here
     rows = parse_source_csv(page.stdout)
     kept = [{"index": i, **r} for i, r in enumerate(rows) if r["counts"]]

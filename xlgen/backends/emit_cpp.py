@@ -468,12 +468,8 @@ class CppEmitter:
 
     def _expr_and_err(self, e: ir.Expr, line: int) -> tuple[str, str]:
         """`e` in C++, and the declaration of the `err` its checks name (none if they name none)."""
-        saved, self.uses_err = self.uses_err, False
-        try:
-            code = self.statement_expr(e, line)
-            return code, ("XlErr err = {0, 0, 0}; " if self.uses_err else "")
-        finally:
-            self.uses_err = saved or self.uses_err
+        codes, err = self._parts_code([e], line)
+        return codes[0], err
 
     def _tile_sums(self, sums, moving: set[str], depth: int, declare, run, which: str, lets) -> list[str]:
         """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
@@ -524,7 +520,8 @@ class CppEmitter:
         return lines
 
     def _parts_code(self, parts, line: int) -> tuple[list[str], str]:
-        """The C++ of a tile's shared parts, and the declaration of the `err` their checks name."""
+        """Expressions (a tile's shared parts) in C++, numbered as one statement's checks, and the
+        declaration of the `err` their checks name (none if they name none)."""
         saved, self.uses_err = self.uses_err, False
         try:
             self.key, self.line = 0, line  # (one statement's numbering for all of them)
