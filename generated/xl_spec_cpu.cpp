@@ -66,9 +66,9 @@ int32_t xl_run(Request* reqs, Shared* sh, const Params* params, const XlLaunch* 
             else state[i] = retire_check(reqs[id], *sh, p, id, round, sink) == 0 ? 1 : 0;
         }
         // phase 2, in declaration order: arbiter turns in request-id order; collective stages
-        run_collective<Stage_kv_manage>(reqs, sh, p, active.data(), state.data(), (int32_t)active.size(), round, sink, xc);
-        run_collective<Stage_kv_collect>(reqs, sh, p, active.data(), state.data(), (int32_t)active.size(), round, sink, xc);
-        run_collective<Stage_kv_evict>(reqs, sh, p, active.data(), state.data(), (int32_t)active.size(), round, sink, xc);
+        run_collective<Stage_kv_manage>(reqs, sh, p, active.data(), state.data(), xl_span_block((int32_t)active.size()), round, sink, xc);
+        run_collective<Stage_kv_collect>(reqs, sh, p, active.data(), state.data(), xl_span_block((int32_t)active.size()), round, sink, xc);
+        run_collective<Stage_kv_evict>(reqs, sh, p, active.data(), state.data(), xl_span_block((int32_t)active.size()), round, sink, xc);
         std::vector<int32_t> still_active;  // retire
         for (size_t i = 0; i < active.size(); ++i) {
             if (state[i] >= 2) state[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0 ? 1 : 0;

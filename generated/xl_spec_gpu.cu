@@ -36,11 +36,13 @@ struct XlControl {
     int32_t aborted;
     int32_t lock;
     int32_t parity;  // which of the two active lists is this round's
-    int32_t reserved;
+    int32_t phase2_grid;  // block 0's word to the others at a round's barrier: phase 2 over the grid
     unsigned long long barrier_count;  // barriers passed (for the cost measurement)
     unsigned long long* round_end_ns;  // device clock (%globaltimer) when each round ended; [0]: start
     int32_t round_end_cap;
+    int32_t phase2_turns;  // some block has a request that takes a phase-2 turn this round
 };
+static_assert(sizeof(XlControl) == 64, "XlControl: the 16 words xlgen/runtime/gpu.py allocates and reads");
 
 __device__ __forceinline__ unsigned long long xl_clock_ns() {
     unsigned long long t;
@@ -61,11 +63,8 @@ constexpr int XL_REQUEST_WORDS = (int)(sizeof(Request) / 4);
 __device__ __forceinline__ bool xl_host_abort(const volatile int32_t* host_flags) { return host_flags[0] != 0; }
 __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile XlControl*)ctl)->aborted != 0; }
 
-#ifndef XL_BARRIER_MAX_SLEEP_NS
-#define XL_BARRIER_MAX_SLEEP_NS 256
-#endif
-#ifndef XL_BARRIER_SPIN
-#define XL_BARRIER_SPIN 64  // polls without __nanosleep before backing off
+#ifndef XL_TURN_FLAG
+#define XL_TURN_FLAG 1  // 0: phase 2 over the grid whenever the batch is large, turns or not (A/B runs)
 #endif
 #ifndef XL_ROUND_BARRIERS
 #define XL_ROUND_BARRIERS 1  // 2: a full grid barrier on each side of phase 2 (the A/B reference)
@@ -77,30 +76,10 @@ __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile X
 #define XL_HOST_POLL_ROUNDS 64  // block 0 reads the host's abort flag every this many rounds
 #endif
 
-__device__ __forceinline__ unsigned int xl_ld_acquire(const unsigned int* p) {
-    unsigned int v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// Thread 0's wait until `*word - target` is no longer negative (wrap-safe), polling
-// the abort flags. Short waits (the common round) poll back to back; a long one
-// (block 0's serial arbiter turns) backs off, so 131 pollers do not flood the L2
-// slice that holds `word` (polling every 32 ns made those turns 3x slower).
+// Thread 0's wait for a barrier word (xl_spin_until), polling the abort flags.
 __device__ __forceinline__ bool xl_wait_reach(const unsigned int* word, unsigned int target, XlControl* ctl,
                                               const volatile int32_t* host_flags) {
-    unsigned int spins = 0, sleep_ns = 32;
-    while ((int)(xl_ld_acquire(word) - target) < 0) {
-        if ((++spins & 255u) == 0u && (xl_host_abort(host_flags) || xl_aborted(ctl))) {
-            ctl->aborted = 1;
-            return false;
-        }
-        if (spins > XL_BARRIER_SPIN) {
-            __nanosleep(sleep_ns);
-            if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
-        }
-    }
-    return true;
+    return xl_spin_until(word, target, &ctl->aborted, host_flags);
 }
 
 // The grid barrier, in two halves, led by block 0 (all blocks are co-resident:
@@ -111,13 +90,16 @@ __device__ __forceinline__ bool xl_wait_reach(const unsigned int* word, unsigned
 // writes visible: phase 2 costs no barrier of its own. `epoch` counts the barriers
 // this block has passed (the same in every block). Both return false on abort.
 // With one block, __syncthreads is the whole barrier.
+// `turns`: whether the block has a request that takes a phase-2 turn this round (it tells
+// block 0 through ctl->phase2_turns, before arriving).
 __device__ __forceinline__ bool xl_grid_arrive(XlControl* ctl, const volatile int32_t* host_flags,
-                                               unsigned int epoch) {
+                                               unsigned int epoch, int turns = 0) {
     __shared__ int ok;
-    __syncthreads();
+    const int any_turn = __syncthreads_or(turns);
     if (gridDim.x == 1) return true;
     if (threadIdx.x == 0) {
         ok = 1;
+        if (XL_TURN_FLAG && any_turn) atomicOr(&ctl->phase2_turns, 1);
         if (blockIdx.x == 0) {
             ok = xl_wait_reach(&ctl->barrier_arrived, (epoch + 1u) * (gridDim.x - 1u), ctl, host_flags);
         } else {  // release: bar.sync made the block's writes this thread's to publish (CUTLASS's semaphore)
@@ -331,13 +313,42 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
     }
 }
 
-// Phase 2 by every thread of one block: the arbiters and collective stages in declaration order.
-__device__ void xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                          int32_t n_active, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
+// Phase 2 by every thread of the span (one block, or the grid: XlSpan), the arbiters and
+// collective stages in declaration order; an arbiter's turns by block 0, then the span syncs.
+// False: aborted (over the grid).
+__device__ bool xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                          const XlSpan& sp, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
     (void)xc;
-    run_collective<Stage_kv_manage>(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    run_collective<Stage_kv_collect>(reqs, sh, p, active, keep, n_active, round, sink, xc);
-    run_collective<Stage_kv_evict>(reqs, sh, p, active, keep, n_active, round, sink, xc);
+    if (!run_collective<Stage_kv_manage>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
+    if (!run_collective<Stage_kv_collect>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
+    if (!run_collective<Stage_kv_evict>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
+    return true;
+}
+
+// Phase 2 over the grid (-DXL_GRID_PHASE2=0: block 0 always, for A/B runs) when block 0 would
+// take the active requests in more than one chunk (more than XL_GRID_PHASE2_MIN; -1: the
+// block's threads) and some take a turn. By block 0, after every block has arrived.
+#ifndef XL_GRID_PHASE2
+#define XL_GRID_PHASE2 1
+#endif
+#ifndef XL_GRID_PHASE2_MIN
+#define XL_GRID_PHASE2_MIN -1
+#endif
+__device__ __forceinline__ bool xl_phase2_may_go_over_grid(int32_t n_active) {
+    const int32_t least = XL_GRID_PHASE2_MIN >= 0 ? XL_GRID_PHASE2_MIN : (int32_t)blockDim.x;
+    return XL_GRID_PHASE2 && XL_NUM_COLLECTIVE_STAGES > 0 && gridDim.x > 1 && gridDim.x <= XL_GRID_MAX_BLOCKS &&
+           n_active > least;
+}
+__device__ __forceinline__ bool xl_phase2_over_grid(int32_t n_active, XlControl* ctl) {
+    return xl_phase2_may_go_over_grid(n_active) &&
+           (!XL_TURN_FLAG || ((volatile XlControl*)ctl)->phase2_turns != 0);
+}
+
+// This block's chunk of the slots, over the grid.
+__device__ __forceinline__ XlSpan xl_span_grid(int32_t n, XlGrid* grid) {
+    const int32_t per = (n + (int32_t)gridDim.x - 1) / (int32_t)gridDim.x;
+    const int32_t lo = min(n, (int32_t)blockIdx.x * per);
+    return XlSpan{lo, min(n, lo + per), n, grid};
 }
 
 // A team of several warps is the whole block: bound the registers so that it can start.
@@ -378,6 +389,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
 
     unsigned int epoch = 0;  // grid barriers passed
+    XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true};  // phase 2 over the grid
     // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round.
     int32_t held_id = -1, held_round = -1;
     if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, host_flags);
@@ -395,6 +407,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
         // then the retire check; 3 no turn, but the retire check waits for the
         // arbiters (`done when` reads shared state). Without a turn nothing can change
         // the request after its stages, so the warp retires it itself when it can.
+        int turns = 0;  // (rank 0) a request of this team takes a phase-2 turn
         for (int32_t i = gteam; i < n_active; i += nteams) {
             const int32_t id = active[i];
             // Only this team writes request `id` this round; if it also ran it last round and
@@ -413,28 +426,52 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
             }
             xl_put_request(reqs, id, slot, rank);
             if (rank == 0) keep[i] = k;
+            turns |= k == 2;
             held_id = xl_team_broadcast(k) == 2 ? -1 : id;
             held_round = round;
         }
         // One grid barrier per round: block 0 waits for every block's arrival, runs
-        // phase 2 while the others wait, then releases them.
-        if (!xl_grid_arrive(ctl, host_flags, epoch)) return;
+        // phase 2 while the others wait, then releases them (two when phase 2 runs over
+        // the grid: released into it, the blocks arrive again for admission).
+        if (!xl_grid_arrive(ctl, host_flags, epoch, turns)) return;
         if (XL_ROUND_BARRIERS == 2 && !(xl_grid_release(ctl, host_flags, epoch) && xl_grid_arrive(ctl, host_flags, epoch))) return;
         // Phase 2, in block 0 alone while the other blocks wait at the barrier: the
         // arbiters, by one thread in request-id order, and the collective stages, a
         // thread per request, in declaration order; the retire checks, by the block's
-        // threads; admission.
+        // threads; admission. Unless block 0 sends everyone into phase 2 over the grid.
         if (blockIdx.x == 0) {
-            if (XL_NUM_PHASE2 > 0) {
-                xl_phase2(reqs, sh, p, active, keep, n_active, round, sink, where, xc);
+            const bool over_grid = xl_phase2_over_grid(n_active, ctl);
+            if (XL_NUM_PHASE2 > 0 && !over_grid) {
+                xl_phase2(reqs, sh, p, active, keep, xl_span_block(n_active), round, sink, where, xc);
                 for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x) {
                     if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
                 }
                 __syncthreads();
             }
-            xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
+            if (!over_grid) xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
+            __syncthreads();  // (everyone has read phase2_turns)
+            if (threadIdx.x == 0) {
+                ctl->phase2_grid = over_grid;
+                ctl->phase2_turns = 0;
+            }
         }
         if (!xl_grid_release(ctl, host_flags, epoch)) return;
+        // Phase 2 over the grid: each block runs its chunk of the slots and retire-checks
+        // them; then the blocks arrive again for block 0's admission.
+        // (Only block 0's decision sets the word, so a batch it could not send skips the load.)
+        if (xl_phase2_may_go_over_grid(n_active) && ((volatile XlControl*)ctl)->phase2_grid) {
+            const XlSpan sp = xl_span_grid(n_active, &grid);
+            if (!xl_phase2(reqs, sh, p, active, keep, sp, round, sink, where, xc)) return;
+            for (int32_t i = sp.lo + (int32_t)threadIdx.x; i < sp.hi; i += (int32_t)blockDim.x) {
+                if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+            }
+            if (!xl_grid_arrive(ctl, host_flags, epoch)) return;
+            if (blockIdx.x == 0) {
+                xl_compact_and_admit(ctl, launch, active, next, keep, n_active, true, sink, host_flags);
+                if (threadIdx.x == 0) ctl->phase2_grid = 0;
+            }
+            if (!xl_grid_release(ctl, host_flags, epoch)) return;
+        }
     }
 }
 
@@ -652,7 +689,7 @@ extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {  // phase 2, one b
     for (int32_t i = (int32_t)threadIdx.x; i < n_active; i += (int32_t)blockDim.x)  // as in the mega-kernel: who takes a turn
         if (keep[i] && arbiter_may_run(reqs[active[i]], *sh, p, active[i])) keep[i] = 2;
     __syncthreads();
-    xl_phase2(reqs, sh, p, active, keep, n_active, round, sink, where, xc);
+    xl_phase2(reqs, sh, p, active, keep, xl_span_block(n_active), round, sink, where, xc);
 }
 
 extern "C" __global__ void xl_step_retire(XL_STEP_PARAMS) {

@@ -2278,7 +2278,8 @@ constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
 XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
     if (XL_NUM_COLLECTIVE_STAGES == 0) return 4u;
-    return 4ull + 3ull * XL_SHARED_WORDS + (5ull + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow;
+    return 4ull + 3ull * XL_SHARED_WORDS + (5ull + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow +
+           XL_GRID_WORDS;
 }
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
@@ -2321,17 +2322,20 @@ XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
 }
 
 // A collective stage for the active requests with keep[i] == 2 (S: its Stage_<name>), by
-// every thread of one block (a thread per request, in chunks) or, on the CPU, one thread.
-// Participants: those whose guard holds now. Each collective combines their contributions in
-// slot order (= request-id order); the shadow writes are applied at the end. keep[i] becomes 0
-// for a request that failed.
+// the span's threads: a block's, a thread per slot in chunks (on the CPU one thread), or the
+// grid's, each block its chunk of the slots (XlSpan). Participants: those whose guard holds
+// now. Each collective combines their contributions in slot order (= request-id order); the
+// shadow writes are applied at the end. keep[i] becomes 0 for a request that failed. False:
+// aborted (over the grid).
 template <typename S>
-XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                              int32_t n, int32_t round, XlSink sink, const XlColl& xc) {
+XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                              const XlSpan& sp, int32_t round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
     XL_PROF_START();
     int32_t any = 0;
-    for (int32_t i = t; i < n; i += nt) {
+    for (int32_t base = sp.lo; base < sp.hi; base += nt) {
+        const int32_t i = xl_spread_slot(base, t, nt);  // (the same slots in every loop below)
+        if (i >= sp.hi) continue;
         int32_t part = 0;
         xc.conflict[i] = 0;
         if (keep[i] == 2) {
@@ -2347,11 +2351,12 @@ XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const 
         xc.result[i] = 0u;
         any |= part;
     }
-    if (!XL_BLOCK_ANY(any)) return;  // nobody takes part (and the block has synced)
+    if (!xl_span_any(sp, any)) return xl_span_ok(sp);  // nobody takes part (and the span has synced)
     XL_PROF_MARK(S::stage * 32);  // marks: guards, then per segment: its code, its collective
     for (int32_t seg = 0; seg <= S::collectives; ++seg) {
-        for (int32_t i = t; i < n; i += nt) {
-            if (!xc.part[i]) continue;
+        for (int32_t base = sp.lo; base < sp.hi; base += nt) {
+            const int32_t i = xl_spread_slot(base, t, nt);
+            if (i >= sp.hi || !xc.part[i]) continue;
             const int32_t id = active[i];
             uint32_t out = 0u;
             XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
@@ -2364,15 +2369,16 @@ XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const 
             }
             xc.contrib[i] = out;
         }
-        XL_BLOCK_SYNC();
+        if (!xl_span_sync(sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 1 + 2 * seg);
-        if (seg < S::collectives) xl_collective(xc, S::op(seg), S::word(seg), active, n);
+        if (seg < S::collectives && !xl_collective(xc, S::op(seg), S::word(seg), active, sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
     }
-    xl_settle_all(xc, sh, n);
+    if (!xl_settle_all(xc, sh, sp)) return false;
     XL_PROF_MARK(S::stage * 32 + 30);
-    for (int32_t i = t; i < n; i += nt) {
-        if (!xc.part[i]) continue;
+    for (int32_t base = sp.lo; base < sp.hi; base += nt) {
+        const int32_t i = xl_spread_slot(base, t, nt);
+        if (i >= sp.hi || !xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
             xl_emit_error(sink, id, round, S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
@@ -2383,6 +2389,7 @@ XL_DEVICE void run_collective(Request* reqs, Shared* sh, const Params& p, const 
     }
     XL_BLOCK_SYNC();
     XL_PROF_MARK(S::stage * 32 + 31);
+    return true;
 }
 
 // The same stage for one request alone (fast mode, under the lock: one thread).

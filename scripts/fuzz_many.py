@@ -14,6 +14,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # of a pool per iteration (~6% of them)
     PARTS=1 python3 scripts/fuzz_many.py ...                   # only programs whose tiles hoist several parts
                                                                # or a pool read's page (grouping.invariant_parts)
+    COLLECTIVES=1 python3 scripts/fuzz_many.py ...             # only programs with a collective stage (~70%:
+                                                               # their crowd launch runs phase 2 over the grid)
 
 Progress every 100 programs on stdout; result.json lists every failing seed with what failed, and
 how many of the programs declared pools (about half do: docs/semantics.md §13.3).
@@ -39,7 +41,7 @@ POOL_ROW = re.compile(r"for \w+ in 0\.\.[23] \{\n(\s+if own\d+\[.*\] == req_id \
 
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, PARTS=1, PROCS=1 or POOL_ROWS=1 skips."""
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, PARTS=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -51,6 +53,8 @@ def one(seed: int):
     if os.environ.get("PROCS") == "1" and "\nproc " not in case.source:
         return seed, None, pools, False
     if os.environ.get("POOL_ROWS") == "1" and not POOL_ROW.search(case.source):
+        return seed, None, pools, False
+    if os.environ.get("COLLECTIVES") == "1" and "\ncollective " not in case.source:
         return seed, None, pools, False
     try:
         compiled = load_text(case.source, name="fuzz.xl")

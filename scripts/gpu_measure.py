@@ -21,7 +21,7 @@ from xlgen.backends.build import load, load_text
 from xlgen.tools.check.diff import compare
 from xlgen.runtime import gpu, sim
 from xlgen.runtime.sim import KIND_DONE, LaunchConfig
-from xlgen.tools.pipeline.workload import from_dict
+from xlgen.tools.pipeline.companion import load as load_companion
 
 results = {}
 T0 = time.time()
@@ -33,16 +33,11 @@ def report(key, value):
 
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()
+TOOLS = load_companion("stages/xl_spec_tools.py").module  # scale_workload
 
 
 def workload(count, max_active, tokens, kv_cache=True):
-    return from_dict({"seed": 3, "launch": {"max_active": max_active, "max_rounds": 1_000_000},
-                      "params": {"kv_cache": kv_cache},
-                      "generate": {"count": count, "fields": {
-                          "seed": {"counter": 5}, "prompt_len": {"uniform": [16, 128]},
-                          "max_new_tokens": {"choice": tokens},
-                          "profile": {"cycle": ["CONSTANT", "STRUCTURED", "BURSTY"]},
-                          "base_acceptance": {"choice": [0.3, 0.6, 0.9]}}}}, module)
+    return TOOLS.scale_workload(module, count, kv_cache, max_active, tokens)
 
 
 def median_kernel_ms(w, mode, repeats=5):

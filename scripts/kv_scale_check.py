@@ -16,7 +16,6 @@ from xlgen.backends.build import load
 from xlgen.tools.check.diff import compare
 from xlgen.tools.pipeline.companion import load as load_companion
 from xlgen.runtime import cpu, sim
-from xlgen.tools.pipeline.workload import from_dict
 
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()
@@ -24,19 +23,9 @@ TOOLS = load_companion("stages/xl_spec_tools.py").module
 PoolObserver, assert_invariants = TOOLS.PoolObserver, TOOLS.assert_invariants
 
 
-def workload(count, max_active, tokens):  # as in scripts/gpu_measure.py
-    return from_dict({"seed": 3, "launch": {"max_active": max_active, "max_rounds": 1_000_000},
-                      "generate": {"count": count, "fields": {
-                          "seed": {"counter": 5}, "prompt_len": {"uniform": [16, 128]},
-                          "max_new_tokens": {"choice": tokens},
-                          "profile": {"cycle": ["CONSTANT", "STRUCTURED", "BURSTY"]},
-                          "base_acceptance": {"choice": [0.3, 0.6, 0.9]}}}}, module)
-
-
-SIZES = {1000: (1024, [64, 128, 256]), 100_000: (4096, [8, 16])}
-for n in [int(a) for a in sys.argv[1:]] or list(SIZES):
-    max_active, tokens = SIZES.get(n, (1024, [64, 128]))
-    w = workload(n, max_active, tokens)
+for n in [int(a) for a in sys.argv[1:]] or list(TOOLS.SCALE_SIZES):
+    w = TOOLS.scale_workload(module, n)
+    max_active = w.config.max_active
     assert w.params.get("kv_cache", True), "the KV cache is on by default"
     pool = int(w.params.get("pool_pages", 16384))
     observer = PoolObserver(pool)

@@ -3,7 +3,8 @@
     python3 scripts/profile_kv_rounds.py            # on a GPU machine, after scripts/device_setup.sh
     python3 scripts/profile_kv_rounds.py phases     # also where phase 2's time goes (-DXL_PROFILE_PHASE2)
 
-B = 32 requests, 256 new tokens, prompts of 32-128 tokens. For each point: kernel time
+B = 32 requests, 256 new tokens, prompts of 32-128 tokens; and scripts/gpu_measure.py's 1,000
+requests (1,024 at once: phase 2 over the grid, docs/gpu.md). For each point: kernel time
 (median of 3 after a warm-up), rounds, and the median / p90 / max round from the
 kernel's own %globaltimer stamps, so a slow round shows up as such. With `phases`, the
 kernel is built with -DXL_PROFILE_PHASE2 (block 0's thread 0 sums the cycles between
@@ -21,6 +22,7 @@ import numpy as np
 
 from xlgen.backends.build import load
 from xlgen.runtime import gpu
+from xlgen.tools.pipeline.companion import load as load_companion
 from xlgen.tools.pipeline.workload import from_dict
 
 PHASES = sys.argv[1:] == ["phases"]
@@ -28,6 +30,7 @@ if PHASES:
     os.environ["XLGEN_NVRTC_OPTIONS"] = (os.environ.get("XLGEN_NVRTC_OPTIONS", "") + " -DXL_PROFILE_PHASE2").strip()
 compiled = load("stages/xl_spec.xl")
 module = compiled.sim_module()
+TOOLS = load_companion("stages/xl_spec_tools.py").module  # scale_workload: 1,000 requests
 
 
 def phase_marks(rounds: int) -> str:
@@ -68,6 +71,8 @@ POINTS = {
     "ASBS acc 0.9, KV ample": workload(16384),
     "ASBS acc 0.9, KV 256 pages LRU": workload(256),
     "ASBS acc 0.9, KV 256 pages priority": workload(256, eviction_policy=1),
+    "1,000 requests, KV off": TOOLS.scale_workload(module, 1000, kv_cache=False),
+    "1,000 requests, KV ample": TOOLS.scale_workload(module, 1000),
 }
 
 print(f"{'point':42} {'kernel ms':>9} {'rounds':>6} {'us/round':>8} {'median':>7} {'p90':>7} {'max':>7}")

@@ -36,6 +36,29 @@ MAX_PAGES = 16384  # const MAX_PAGES: capacity of the pool arrays; pool_pages is
 MAX_OUT = 512  # const MAX_OUT: the capacity of out_tokens
 
 
+# ==== the scale workloads of the GPU measurements ===========================================
+
+# Request count -> (requests at once, choices of new tokens): scripts/gpu_measure.py,
+# kv_scale_check.py, grid_phase2_check.py and profile_kv_rounds.py run these.
+SCALE_SIZES = {1000: (1024, [64, 128, 256]), 100_000: (4096, [8, 16])}
+
+
+def scale_workload(module, count: int, kv_cache: bool = True, max_active: int | None = None,
+                   tokens: list[int] | None = None):
+    """`count` requests (seed 3) of every profile and three acceptance levels, prompts of 16-128
+    tokens, the KV cache on or off with the ample default pool."""
+    from xlgen.tools.pipeline.workload import from_dict
+
+    default_active, default_tokens = SCALE_SIZES.get(count, (1024, [64, 128]))
+    return from_dict({"seed": 3, "launch": {"max_active": max_active or default_active, "max_rounds": 1_000_000},
+                      "params": {"kv_cache": kv_cache},
+                      "generate": {"count": count, "fields": {
+                          "seed": {"counter": 5}, "prompt_len": {"uniform": [16, 128]},
+                          "max_new_tokens": {"choice": tokens or default_tokens},
+                          "profile": {"cycle": ["CONSTANT", "STRUCTURED", "BURSTY"]},
+                          "base_acceptance": {"choice": [0.3, 0.6, 0.9]}}}}, module)
+
+
 # ==== the plain-decoding reference ==========================================================
 
 def greedy_tokens(seed: int, prompt_len: int, max_new_tokens: int, vocab: int, eos_token: int,

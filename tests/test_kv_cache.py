@@ -241,3 +241,40 @@ def test_kv_scenario_on_the_gpu(compiled, name, mode):
         divergence = compare(compiled.program, expected, got)
         assert divergence is None, divergence.render()
     assert_invariants(got, params["pool_pages"])  # fast mode too: nothing leaked
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_kv_scenario_with_phase2_over_the_grid(compiled, name, monkeypatch):
+    """Phase 2 spread over every block (docs/gpu.md) whatever the batch: -DXL_GRID_PHASE2_MIN=0
+    (by default only batches that block 0 would take in several chunks), four times the
+    scenario's batch (several blocks): traces identical to the simulator's."""
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_GRID_PHASE2_MIN=0")
+    make, params, max_active = SCENARIOS[name]
+    inputs = make(compiled.sim_module())
+    expected, _ = _run_sim(compiled, params, inputs, 4 * max_active)
+    got = gpu.run(compiled, params, inputs, LaunchConfig(max_active=4 * max_active, max_rounds=20_000))
+    assert got.extra["timing"].grid > 1
+    _check_tokens(got, inputs, params)
+    divergence = compare(compiled.program, expected, got)
+    assert divergence is None, divergence.render()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
+def test_a_crowd_through_a_small_pool_on_the_gpu(compiled):
+    """1,000 requests, 256 at once, through 256 pages (eviction, priority-aware): more than
+    block 0's threads, so phase 2 runs over the grid by default; traces identical to the
+    simulator's, whose pool invariants hold every 7th round."""
+    inputs = _inputs(compiled.sim_module(), 1000, (0.0, 1.0), seed=9)
+    params = {"pool_pages": 256, "eviction_policy": 1, **KV_ON}
+    config = LaunchConfig(max_active=256, max_rounds=50_000)
+    observer = PoolObserver(256, every=7)
+    expected = sim.run(compiled.sim_module(), params, inputs, config, observer=observer)
+    assert_invariants(expected, 256, observer)
+    assert sum(evictions_by_cause(expected).values()) > 0  # the pool is short: eviction across blocks
+    got = gpu.run(compiled, params, inputs, config)
+    assert got.extra["timing"].grid > 1
+    divergence = compare(compiled.program, expected, got)
+    assert divergence is None, divergence.render()

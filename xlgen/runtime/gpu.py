@@ -511,6 +511,8 @@ class _Buffers:
 
 
 NOTE_CAP = 256  # XL_NOTE_CAP: words a request notes in its own list per collective stage
+GRID_MAX_BLOCKS = 1024  # XL_GRID_MAX_BLOCKS: the largest grid that runs phase 2 over every block
+GRID_WORDS = 2 + 4 * GRID_MAX_BLOCKS  # XL_GRID_WORDS: its barrier and the blocks' parts
 
 
 def collective_words(program, shared_words: int, config, n: int, mode: str, overflow: int) -> int:
@@ -518,7 +520,8 @@ def collective_words(program, shared_words: int, config, n: int, mode: str, over
     if not any(s.is_collective for s in program.stages):
         return 4
     slots = 1 if mode == "fast" else max(1, min(config.max_active, n))
-    return 4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
+    return (4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
+            + GRID_WORDS)
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,

@@ -539,7 +539,7 @@ XL_DEVICE void xl_clock_mark(long long& since, unsigned long long* cycles, unsig
 #if XL_ON_GPU && defined(XL_PROFILE_PHASE2)
 __device__ unsigned long long xl_prof[256];
 #define XL_PROF_START() long long xl_prof_t = clock64()
-#define XL_PROF_MARK(mark) do { if (threadIdx.x == 0) xl_clock_mark(xl_prof_t, &xl_prof[(mark) & 255]); } while (0)
+#define XL_PROF_MARK(mark) do { if (threadIdx.x == 0 && blockIdx.x == 0) xl_clock_mark(xl_prof_t, &xl_prof[(mark) & 255]); } while (0)
 #else
 #define XL_PROF_START() do { } while (0)
 #define XL_PROF_MARK(mark) do { } while (0)
@@ -592,8 +592,16 @@ struct XlColl {
     uint32_t* noted;     // [slots] GPU: how many words the slot's list holds
     uint32_t* notes;     // [slots * XL_NOTE_CAP] GPU: each slot's noted words
     uint32_t* overflow;  // [2 * capacity] GPU: (word, slot) pairs noted past a slot's list
+    uint32_t* grid;      // [XL_GRID_WORDS] GPU: phase 2 over the grid (XlGrid)
     uint32_t* frames;    // [slots * frame words]: a stage's top-level locals across collectives
 };
+
+// Phase 2 spread over the grid (XlSpan): the area of XlColl that combines the blocks' parts.
+// [0] the barrier's arrival count; then, for each of two parities, two words per block.
+#ifndef XL_GRID_MAX_BLOCKS
+#define XL_GRID_MAX_BLOCKS 1024  // a larger grid runs phase 2 in block 0
+#endif
+constexpr uint32_t XL_GRID_WORDS = 2u + 4u * XL_GRID_MAX_BLOCKS;
 
 // The layout of the one buffer that holds an XlColl (xlgen/runtime/gpu.py and the CPU
 // build size it with xl_coll_words, zeroed); the host sets header[0].
@@ -610,8 +618,140 @@ XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t slots) {
     c.noted = c.result + slots;
     c.notes = c.noted + slots;
     c.overflow = c.notes + (size_t)slots * XL_NOTE_CAP;
-    c.frames = c.overflow + 2ull * c.header[0];
+    c.grid = c.overflow + 2ull * c.header[0];
+    c.frames = c.grid + XL_GRID_WORDS;
     return c;
+}
+
+// Who runs which slots of phase 2 (all the active requests, in request-id order). One block
+// all of them (block 0 inside the round's barrier, the CPU build, the step kernels), or every
+// block of the grid a contiguous chunk lo..hi-1 (grid != nullptr; docs/gpu.md): then each
+// collective combines the blocks' parts through XlColl::grid with a grid barrier, and the
+// result is the same bits in any grouping (wrapping sums; the least (key, slot)).
+struct XlGrid;
+struct XlSpan {
+    int32_t lo, hi;  // this block's slots
+    int32_t n;       // every slot
+    XlGrid* grid;    // nullptr: one block
+};
+XL_HD XlSpan xl_span_block(int32_t n) { return XlSpan{0, n, n, nullptr}; }
+
+#if XL_ON_GPU
+// A barrier over every block of phase 2's grid, on its own arrival count (XlColl::grid[0]),
+// and the parts each block puts before one. `epoch` counts this block's barriers (the same in
+// every block, and on every thread); a barrier that sees an abort clears `ok`, and phase 2
+// returns at its next sync (the kernel stops).
+struct XlGrid {
+    uint32_t* words;  // XlColl::grid
+    unsigned int epoch;
+    const volatile int32_t* host_flags;
+    volatile int32_t* aborted;
+    bool ok;
+};
+
+__device__ __forceinline__ unsigned int xl_load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+#ifndef XL_BARRIER_MAX_SLEEP_NS
+#define XL_BARRIER_MAX_SLEEP_NS 256
+#endif
+#ifndef XL_BARRIER_SPIN
+#define XL_BARRIER_SPIN 64  // polls without __nanosleep before backing off
+#endif
+// Wait until `*word - target` is no longer negative (wrap-safe), polling the abort flags (the
+// host's, and *aborted, which a waiter that sees either sets: false). Short waits (the common
+// round) poll back to back; a long one backs off, so a hundred pollers do not flood the L2
+// slice that holds `word` (polling every 32 ns made block 0's serial arbiter turns 3x slower).
+__device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned int target, volatile int32_t* aborted,
+                                              const volatile int32_t* host_flags) {
+    unsigned int spins = 0, sleep_ns = 32;
+    while ((int)(xl_load_acquire(word) - target) < 0) {
+        if ((++spins & 255u) == 0u && (host_flags[0] != 0 || *aborted != 0)) {
+            *aborted = 1;
+            return false;
+        }
+        if (spins > XL_BARRIER_SPIN) {
+            __nanosleep(sleep_ns);
+            if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
+        }
+    }
+    return true;
+}
+
+__device__ bool xl_grid_barrier(XlGrid& g) {
+    __shared__ int ok;
+    __syncthreads();
+    g.epoch += 1u;
+    if (threadIdx.x == 0) {
+        ok = g.ok;
+        if (ok) {  // release: bar.sync made the block's writes this thread's to publish
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(g.words) : "memory");
+            ok = xl_spin_until(g.words, g.epoch * gridDim.x, g.aborted, g.host_flags);
+        }
+    }
+    __syncthreads();
+    g.ok = ok != 0;
+    return g.ok;
+}
+
+// Block b's part of the next exchange (thread 0's value), then the barrier; returns the
+// parity that the parts are read with. Two parities: a block puts the next exchange's part
+// only after the barrier that every block passed after reading this one's.
+__device__ int xl_grid_put(XlGrid& g, uint32_t hi, uint32_t lo) {
+    const int parity = (int)(g.epoch & 1u);
+    if (threadIdx.x == 0) {
+        uint32_t* part = g.words + 2 + 2 * (parity * XL_GRID_MAX_BLOCKS + (int)blockIdx.x);
+        part[0] = hi;
+        part[1] = lo;
+    }
+    xl_grid_barrier(g);
+    return parity;
+}
+
+__device__ __forceinline__ uint64_t xl_grid_part(const XlGrid& g, int parity, int block) {
+    const uint32_t* part = g.words + 2 + 2 * (parity * XL_GRID_MAX_BLOCKS + block);
+    return ((uint64_t)__ldcg(part) << 32) | (uint64_t)__ldcg(part + 1);
+}
+#endif
+
+// The sync between two steps of phase 2: the block's, or the grid's. False: aborted.
+XL_DEVICE bool xl_span_sync(const XlSpan& sp) {
+#if XL_ON_GPU
+    if (sp.grid) return xl_grid_barrier(*sp.grid);
+    __syncthreads();
+#else
+    (void)sp;
+#endif
+    return true;
+}
+
+// The slot that thread t of nt takes in the chunk of a collective stage's slots that starts at
+// `base`: consecutive slots on different warps (lane 0 of each warp, then lane 1, ...), so that
+// a few participants run side by side instead of diverging within one warp
+// (-DXL_SPREAD_SLOTS=0: slot base + t, for A/B runs). nt: a multiple of 32.
+#ifndef XL_SPREAD_SLOTS
+#define XL_SPREAD_SLOTS 1
+#endif
+XL_DEVICE int32_t xl_spread_slot(int32_t base, int32_t t, int32_t nt) {
+#if XL_ON_GPU
+    if (XL_SPREAD_SLOTS) return base + (t & 31) * (nt >> 5) + (t >> 5);
+#else
+    (void)nt;
+#endif
+    return base + t;
+}
+
+// Whether phase 2 goes on: false once a grid barrier saw an abort.
+XL_DEVICE bool xl_span_ok(const XlSpan& sp) {
+#if XL_ON_GPU
+    return sp.grid == nullptr || sp.grid->ok;
+#else
+    (void)sp;
+    return true;
+#endif
 }
 
 // One request's writes in one segment of a collective stage.
@@ -666,52 +806,61 @@ __device__ __forceinline__ void xl_shadow_add(XlWriter& w, uint32_t word, uint32
     xl_note(w, word | XL_NOTE_SUM);
 }
 
-// What the stage's end does with one noted word, in three passes (block-wide, with a
-// sync between): CHECK marks the writers of a word claimed by two; APPLY stores claims
-// and sums (a sum's first noter takes the whole total, so duplicates add nothing); CLEAR
-// resets the shadow for the next stage.
-enum { XL_CHECK = 0, XL_APPLY = 1, XL_CLEAR = 2 };
+// What the stage's end does with one noted word, in two passes (with a sync between):
+// SETTLE marks the writers of a word claimed by two and stores the words with one writer,
+// claims and sums (a sum's first noter takes the whole total, so duplicates add nothing);
+// CLEAR resets the shadow for the next stage. (SETTLE only reads the tags: one pass.)
+enum { XL_SETTLE = 0, XL_CLEAR = 1 };
 __device__ __forceinline__ void xl_settle(const XlColl& c, uint32_t* words, uint32_t note, int32_t slot, int pass) {
     const uint32_t word = note & ~XL_NOTE_SUM;
-    if (note & XL_NOTE_SUM) {
-        if (pass == XL_APPLY) {
-            const uint32_t total = atomicExch(&c.val[word], 0u);
-            if (total != 0u) atomicAdd(&words[word], total);
+    if (pass == XL_CLEAR) {
+        if (!(note & XL_NOTE_SUM)) {
+            c.tag[word] = 0u;
+            c.aux[word] = 0u;
         }
-    } else if (pass == XL_CHECK) {  // (__ldcg: from L2, where the atomics were done)
-        if (~__ldcg(&c.tag[word]) != __ldcg(&c.aux[word]) - 1u) c.conflict[slot] = 1;
-    } else if (pass == XL_APPLY) {
-        if (~__ldcg(&c.tag[word]) == __ldcg(&c.aux[word]) - 1u) words[word] = __ldcg(&c.val[word]);
+    } else if (note & XL_NOTE_SUM) {
+        const uint32_t total = atomicExch(&c.val[word], 0u);
+        if (total != 0u) atomicAdd(&words[word], total);
+    } else if (~__ldcg(&c.tag[word]) != __ldcg(&c.aux[word]) - 1u) {  // (__ldcg: from L2, where the atomics were done)
+        c.conflict[slot] = 1;
     } else {
-        c.tag[word] = 0u;
-        c.aux[word] = 0u;
+        words[word] = __ldcg(&c.val[word]);
     }
 }
 
-// The stage's end, by all threads of the block, for slots 0..n-1: warp w takes slots
-// w, w + warps, ...; its lanes take the slot's noted words; then the overflow list.
-__device__ void xl_settle_all(const XlColl& c, void* shared_base, int32_t n) {
+// The stage's end, for the span's slots, after a sync that ended every write: warp w takes
+// slots lo + w, lo + w + warps, ...; its lanes take the slot's noted words; the overflow list
+// is shared out over the span's threads (the grid's, over the grid). Over the grid, nobody
+// writes the shadow again before the next stage's first sync, so CLEAR needs no sync after it.
+__device__ bool xl_settle_all(const XlColl& c, void* shared_base, const XlSpan& sp) {
     uint32_t* words = (uint32_t*)shared_base;
     const int32_t lane = (int32_t)(threadIdx.x & 31u), warp = (int32_t)(threadIdx.x >> 5);
     const int32_t warps = (int32_t)((blockDim.x + 31u) >> 5);
-    for (int pass = XL_CHECK; pass <= XL_CLEAR; ++pass) {
-        for (int32_t s = warp; s < n; s += warps)
+    const uint32_t spilled = min(__ldcg(&c.header[2]), c.header[0]);  // read by all before anyone resets it
+    const uint32_t first = sp.grid ? blockIdx.x * blockDim.x + threadIdx.x : threadIdx.x;
+    const uint32_t stride = sp.grid ? gridDim.x * blockDim.x : blockDim.x;
+    for (int pass = XL_SETTLE; pass <= XL_CLEAR; ++pass) {
+        for (int32_t s = sp.lo + warp; s < sp.hi; s += warps) {
             for (uint32_t j = (uint32_t)lane; j < c.noted[s]; j += 32u)
                 xl_settle(c, words, c.notes[(size_t)s * XL_NOTE_CAP + j], s, pass);
-        const uint32_t spilled = min(c.header[2], c.header[0]);
-        for (uint32_t j = (uint32_t)threadIdx.x; j < spilled; j += blockDim.x)
+            if (pass == XL_CLEAR) {
+                __syncwarp();  // every lane has read the count
+                if (lane == 0) c.noted[s] = 0u;
+            }
+        }
+        for (uint32_t j = first; j < spilled; j += stride)
             xl_settle(c, words, c.overflow[2 * j], (int32_t)c.overflow[2 * j + 1], pass);
-        __syncthreads();
+        if (pass == XL_SETTLE && !xl_span_sync(sp)) return false;
     }
-    for (int32_t s = (int32_t)threadIdx.x; s < n; s += (int32_t)blockDim.x) c.noted[s] = 0u;
-    if (threadIdx.x == 0) c.header[2] = 0u;
-    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x == 0) c.header[2] = 0u;  // (every block read it before the sync)
+    if (!sp.grid) __syncthreads();
+    return true;
 }
 
 // The same for one request alone (fast mode, under the lock: one thread, no conflicts).
 __device__ void xl_settle_solo(const XlColl& c, void* shared_base, int32_t slot) {
     uint32_t* words = (uint32_t*)shared_base;
-    for (int pass = XL_APPLY; pass <= XL_CLEAR; ++pass) {
+    for (int pass = XL_SETTLE; pass <= XL_CLEAR; ++pass) {
         for (uint32_t j = 0; j < c.noted[slot]; ++j)
             xl_settle(c, words, c.notes[(size_t)slot * XL_NOTE_CAP + j], slot, pass);
         const uint32_t spilled = min(c.header[2], c.header[0]);
@@ -748,7 +897,7 @@ inline void xl_shadow_add(XlWriter& w, uint32_t word, uint32_t bits) {
 
 // The stage's end: store every write into the Shared struct, except words written by
 // two requests (their first writer is marked too); clear the shadow.
-inline void xl_settle_all(const XlColl& c, void* shared_base, int32_t) {
+inline bool xl_settle_all(const XlColl& c, void* shared_base, const XlSpan&) {
     uint32_t* words = (uint32_t*)shared_base;
     for (uint32_t i = 0; i < c.header[3]; ++i) {
         const uint32_t w = c.aux[i];
@@ -760,9 +909,10 @@ inline void xl_settle_all(const XlColl& c, void* shared_base, int32_t) {
         c.val[w] = 0u;
     }
     c.header[3] = 0u;
+    return true;
 }
 
-inline void xl_settle_solo(const XlColl& c, void* shared_base, int32_t) { xl_settle_all(c, shared_base, 1); }
+inline void xl_settle_solo(const XlColl& c, void* shared_base, int32_t) { xl_settle_all(c, shared_base, xl_span_block(1)); }
 #endif
 
 // Keys that order contributions as min_of/max_of/argmin/argmax do: integers by value,
@@ -1414,47 +1564,105 @@ inline uint32_t xl_block_inclusive_sum(uint32_t v, uint32_t* total) { *total = v
 inline uint64_t xl_block_min_u64(uint64_t v) { return v; }
 #endif
 
-// Collective `op` over the slots 0..n-1 that take part (c.part), in slot order, which is
-// request-id order: c.result[i] for each participant, from c.contrib[i]. By all threads.
-XL_DEVICE void xl_collective(const XlColl& c, int op, int word, const int32_t* active, int32_t n) {
+#if XL_ON_GPU
+// Whether `x` holds on some thread of the span (all of them call it).
+__device__ bool xl_span_any(const XlSpan& sp, int x) {
+    const int any = __syncthreads_or(x);
+    if (!sp.grid) return any != 0;
+    const int parity = xl_grid_put(*sp.grid, 0u, any ? 1u : 0u);
+    int seen = 0;
+    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) seen |= (int)xl_grid_part(*sp.grid, parity, b);
+    return __syncthreads_or(seen) != 0;
+}
+
+// The blocks' parts of a sum: those of the blocks before this one, and all (every thread).
+__device__ void xl_grid_sums(XlGrid& g, uint32_t mine, uint32_t* before, uint32_t* total) {
+    const int parity = xl_grid_put(g, 0u, mine);
+    uint32_t earlier = 0u, all = 0u;
+    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
+        const uint32_t v = (uint32_t)xl_grid_part(g, parity, b);
+        earlier += b < (int)blockIdx.x ? v : 0u;
+        all += v;
+    }
+    xl_block_inclusive_sum(earlier, before);  // (*before, *total: the block's totals)
+    xl_block_inclusive_sum(all, total);
+}
+
+// The least of the blocks' parts (every thread).
+__device__ uint64_t xl_grid_min(XlGrid& g, uint64_t mine) {
+    const int parity = xl_grid_put(g, (uint32_t)(mine >> 32), (uint32_t)mine);
+    uint64_t best = ~0ull;
+    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
+        const uint64_t v = xl_grid_part(g, parity, b);
+        best = v < best ? v : best;
+    }
+    return xl_block_min_u64(best);
+}
+#else
+inline bool xl_span_any(const XlSpan&, int x) { return x != 0; }
+#endif
+
+// Collective `op` over the slots that take part (c.part), in slot order, which is request-id
+// order: c.result[i] for each participant, from c.contrib[i]. By all threads of the span,
+// each block for its slots; over the grid the blocks' parts are combined (wrapping sums, the
+// least (key, slot)), which gives the bits of one block's pass. False: aborted.
+XL_DEVICE bool xl_collective(const XlColl& c, int op, int word, const int32_t* active, const XlSpan& sp) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
     if (op == XL_SCAN || op == XL_SUM || op == XL_COUNT) {
         uint32_t carry = 0u;  // wrapping sums: any order of additions gives the same bits
-        for (int32_t base = 0; base < n; base += nt) {
+        for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = base + t;
-            const bool in = i < n && c.part[i];
+            const bool in = i < sp.hi && c.part[i];
             const uint32_t v = !in ? 0u : (op == XL_COUNT ? (c.contrib[i] != 0u ? 1u : 0u) : c.contrib[i]);
             uint32_t chunk = 0u;
             const uint32_t inclusive = xl_block_inclusive_sum(v, &chunk);
             if (in && op == XL_SCAN) c.result[i] = carry + inclusive - v;
             carry += chunk;
         }
-        if (op != XL_SCAN)
-            for (int32_t i = t; i < n; i += nt)
-                if (c.part[i]) c.result[i] = carry;
+        uint32_t before = 0u, total = carry;
+#if XL_ON_GPU
+        if (sp.grid) {
+            xl_grid_sums(*sp.grid, carry, &before, &total);
+            if (!sp.grid->ok) return false;
+        }
+#endif
+        for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
+            if (c.part[i]) c.result[i] = op == XL_SCAN ? before + c.result[i] : total;
     } else {
         // The winner: least (key, slot), with the key complemented for max: ties go to the lowest id.
         const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
         uint64_t best = ~0ull;
-        for (int32_t base = 0; base < n; base += nt) {
+        for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = base + t;
             uint64_t mine = ~0ull;
-            if (i < n && c.part[i]) {
+            if (i < sp.hi && c.part[i]) {
                 const uint32_t key = xl_order_key(c.contrib[i], word);
                 mine = ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i;
             }
             const uint64_t chunk = xl_block_min_u64(mine);
             best = chunk < best ? chunk : best;
         }
+#if XL_ON_GPU
+        if (sp.grid) {
+            best = xl_grid_min(*sp.grid, best);
+            if (!sp.grid->ok) return false;
+        }
+#endif
         if (best != ~0ull) {  // (no participant left: nothing to give)
             const int32_t winner = (int32_t)(uint32_t)(best & 0xFFFFFFFFull);
-            const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner] : c.contrib[winner];
+#if XL_ON_GPU
+            const uint32_t theirs = __ldcg(&c.contrib[winner]);  // (another block's, over the grid)
+#else
+            const uint32_t theirs = c.contrib[winner];
+#endif
+            const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner] : theirs;
             XL_BLOCK_SYNC();
-            for (int32_t i = t; i < n; i += nt)
+            for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
                 if (c.part[i]) c.result[i] = value;
         }
     }
     XL_BLOCK_SYNC();
+    return true;
 }
 
 // The same collective with one participant (fast mode: a request alone under the lock).
