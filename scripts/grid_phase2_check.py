@@ -56,9 +56,9 @@ def digest(result) -> str:
 
 
 def reference(module, w, count, kv_cache) -> str:
-    """The simulator's digest of the workload, from the cache when this source ran it before."""
+    """The simulator's digest of the workload, from the cache when this source ran this workload before."""
     sources = "".join(p.read_text() for p in sorted(Path("stages").glob("*.xl")))
-    key = hashlib.sha256(f"{sources}{count}/{kv_cache}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{sources}{w.params!r}{w.inputs!r}{w.config!r}".encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XLGEN_CACHE", Path.home() / ".cache" / "xlgen")) / "sim_digests.json"
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key not in known:

@@ -1626,8 +1626,9 @@ XL_DEVICE bool xl_collective(const XlColl& c, int op, int word, const int32_t* a
             if (!sp.grid->ok) return false;
         }
 #endif
-        for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
-            if (c.part[i]) c.result[i] = op == XL_SCAN ? before + c.result[i] : total;
+        if (op != XL_SCAN || before != 0u)  // (one block's scan is already complete)
+            for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
+                if (c.part[i]) c.result[i] = op == XL_SCAN ? before + c.result[i] : total;
     } else {
         // The winner: least (key, slot), with the key complemented for max: ties go to the lowest id.
         const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
