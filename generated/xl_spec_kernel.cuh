@@ -244,12 +244,13 @@ struct Shared {
     int32_t kv_evict_recompute;
     int32_t kv_yields;
     int32_t kv_pending;
+    uint32_t kv_orphans[512];
     int32_t kv_evictor;
     int32_t kv_evict_short;
     uint32_t kv_evict_for_committed;
 };
-static_assert(sizeof(Shared) == 114703 * 4, "Shared layout must match xlgen/backends/layout.py");
-constexpr int32_t XL_SHARED_WORDS = 114703;
+static_assert(sizeof(Shared) == 115215 * 4, "Shared layout must match xlgen/backends/layout.py");
+constexpr int32_t XL_SHARED_WORDS = 115215;
 
 // Words of the largest collective stage's frame (its top-level locals).
 constexpr int XL_FRAME_WORDS = 33;
@@ -510,7 +511,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:350
+// stages/kv.xl:351
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -1469,24 +1470,30 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
+                        {
+                            const uint32_t xl_v = xl_shl(err, 1, 292, 1u, xl_band(pg, 31));
+                            const int32_t xl_i = xl_idx(err, 3, 292, xl_shr(err, 2, 292, pg, 5), 512, 5570560);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_orphans[xl_i]), xl_word_bits(xl_v));
+                        }
                     }
                 }
                 r.kv_pages[k] = -1;
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 296, pg, 16384, 4390912)], PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 297, pg, 16384, 4390912)], PageKind::COMMITTED));
                 if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 298, pg, 16384, 4653056)]);
+                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 299, pg, 16384, 4653056)]);
                 if (xl_failed(err)) return err;
                 if (xl_c4) {
                     {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 299, pg, 16384, 4653056)]));
+                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 300, pg, 16384, 4653056)]));
                         if (xl_failed(err)) return err;
                         d_used = xl_v;
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 300, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 301, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1591,7 +1598,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:356: collective kv_collect
+// stages/kv.xl:359: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1600,6 +1607,7 @@ XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, 
 struct Frame_kv_collect {
     int32_t me;
     int32_t sweepers;
+    int32_t words;
     int32_t share;
     int32_t dead;
     int32_t at;
@@ -1639,18 +1647,26 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 359, xl_sub(xl_add(sh.kv_fresh, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t words = xl_div_nz(xl_add(sh.kv_fresh, 31), 32);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 363, xl_sub(xl_add(words, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
-        for (int32_t q = 0; q < 16384; ++q) {
-            if ((q >= share) || (xl_add(xl_mul(me, share), q) >= sh.kv_fresh)) {
+        for (int32_t q = 0; q < 512; ++q) {
+            [[maybe_unused]] int32_t w = xl_add(xl_mul(me, share), q);
+            if ((q >= share) || (w >= words)) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c1 = xl_eq(sh.page_refs[xl_idx(err, 1, 366, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 366, pg, 16384, 4390912)], PageKind::FREE);
+            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 370, w, 512, 5570560)];
             if (xl_failed(err)) return err;
-            if (xl_c1) {
-                dead = xl_add(dead, 1);
+            if (xl_ne(bits, 0u)) {
+                for (int32_t b = 0; b < 32; ++b) {
+                    [[maybe_unused]] int32_t pg = xl_add(xl_mul(w, 32), b);
+                    const bool xl_c1 = xl_ne(xl_band(xl_shr(err, 1, 374, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 374, pg, 16384, 4456448)], 0);
+                    if (xl_failed(err)) return err;
+                    if (xl_c1) {
+                        dead = xl_add(dead, 1);
+                    }
+                }
             }
         }
         {
@@ -1660,6 +1676,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         }
         xl_frame.me = me;
         xl_frame.sweepers = sweepers;
+        xl_frame.words = words;
         xl_frame.share = share;
         xl_frame.dead = dead;
         break;
@@ -1667,6 +1684,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 3: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
+        [[maybe_unused]] int32_t words = xl_frame.words;
         [[maybe_unused]] int32_t share = xl_frame.share;
         [[maybe_unused]] int32_t dead = xl_frame.dead;
         [[maybe_unused]] int32_t at = xl_from_bits<int32_t>(xl_in);
@@ -1677,6 +1695,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         }
         xl_frame.me = me;
         xl_frame.sweepers = sweepers;
+        xl_frame.words = words;
         xl_frame.share = share;
         xl_frame.dead = dead;
         xl_frame.at = at;
@@ -1685,65 +1704,87 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     case 4: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
+        [[maybe_unused]] int32_t words = xl_frame.words;
         [[maybe_unused]] int32_t share = xl_frame.share;
         [[maybe_unused]] int32_t dead = xl_frame.dead;
         [[maybe_unused]] int32_t at = xl_frame.at;
         [[maybe_unused]] int32_t total = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] int32_t slot = xl_add(sh.kv_free_top, at);
-        for (int32_t q = 0; q < 16384; ++q) {
-            if ((q >= share) || (xl_add(xl_mul(me, share), q) >= sh.kv_fresh)) {
+        for (int32_t q = 0; q < 512; ++q) {
+            [[maybe_unused]] int32_t w = xl_add(xl_mul(me, share), q);
+            if ((q >= share) || (w >= words)) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = xl_add(xl_mul(me, share), q);
-            const bool xl_c2 = xl_eq(sh.page_refs[xl_idx(err, 1, 378, pg, 16384, 4456448)], 0) && xl_ne(sh.page_kind[xl_idx(err, 2, 378, pg, 16384, 4390912)], PageKind::FREE);
+            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 388, w, 512, 5570560)];
             if (xl_failed(err)) return err;
-            if (xl_c2) {
-                {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 379, pg, 16384, 4521984)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 379, pg, 16384, 4521984);
+            if (xl_ne(bits, 0u)) {
+                [[maybe_unused]] uint32_t left = bits;
+                for (int32_t b = 0; b < 32; ++b) {
+                    [[maybe_unused]] int32_t pg = xl_add(xl_mul(w, 32), b);
+                    const bool xl_c2 = xl_ne(xl_band(xl_shr(err, 1, 393, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 393, pg, 16384, 4456448)], 0);
                     if (xl_failed(err)) return err;
-                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                    if (xl_c2) {
+                        {
+                            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 394, pg, 16384, 4521984)], 1);
+                            const int32_t xl_i = xl_idx(err, 2, 394, pg, 16384, 4521984);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = PageKind::FREE;
+                            const int32_t xl_i = xl_idx(err, 1, 395, pg, 16384, 4390912);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = -1;
+                            const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384, 4325376);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 397, pg, 16384, 4653056)]);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = 0;
+                            const int32_t xl_i = xl_idx(err, 1, 398, pg, 16384, 4653056);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = xl_neg(1);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = xl_neg(1);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+                        }
+                        {
+                            const int32_t xl_v = pg;
+                            const int32_t xl_i = xl_idx(err, 1, 401, slot, 16384, 4718592);
+                            if (xl_failed(err)) return err;
+                            xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
+                        }
+                        slot = xl_add(slot, 1);
+                        {
+                            const uint32_t xl_v = xl_band(left, (~xl_shl(err, 1, 403, 1u, b)));
+                            if (xl_failed(err)) return err;
+                            left = xl_v;
+                        }
+                    }
                 }
-                {
-                    const int32_t xl_v = PageKind::FREE;
-                    const int32_t xl_i = xl_idx(err, 1, 380, pg, 16384, 4390912);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
+                if (xl_ne(left, bits)) {
+                    {
+                        const uint32_t xl_v = left;
+                        const int32_t xl_i = xl_idx(err, 1, 407, w, 512, 5570560);
+                        if (xl_failed(err)) return err;
+                        xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_orphans[xl_i]), xl_word_bits(xl_v));
+                    }
                 }
-                {
-                    const int32_t xl_v = -1;
-                    const int32_t xl_i = xl_idx(err, 1, 381, pg, 16384, 4325376);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 382, pg, 16384, 4653056)]);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = 0;
-                    const int32_t xl_i = xl_idx(err, 1, 383, pg, 16384, 4653056);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = xl_neg(1);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = xl_neg(1);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
-                }
-                {
-                    const int32_t xl_v = pg;
-                    const int32_t xl_i = xl_idx(err, 1, 386, slot, 16384, 4718592);
-                    if (xl_failed(err)) return err;
-                    xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
-                }
-                slot = xl_add(slot, 1);
             }
         }
         if (xl_eq(me, 0)) {
@@ -1766,7 +1807,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:405: collective kv_evict
+// stages/kv.xl:426: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1803,7 +1844,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 413, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 413, pg, 16384, 4456448)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 434, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 434, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1927,55 +1968,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 437, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 458, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 438, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 438, pg, 16384, 4456448)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 459, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 459, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 439, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 439, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 460, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 460, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 440, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 461, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 441, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 462, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 442, pg, 16384, 4456448);
+                        const int32_t xl_i = xl_idx(err, 1, 463, pg, 16384, 4456448);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 443, pg, 16384, 4653056)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 464, pg, 16384, 4653056)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 444, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 465, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 445, xl_add(sh.kv_free_top, n), 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 466, xl_add(sh.kv_free_top, n), 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 446, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 467, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -2169,14 +2210,14 @@ struct Stage_kv_manage {
     }
 };
 
-// stages/kv.xl:356: collective stage kv_collect
+// stages/kv.xl:359: collective stage kv_collect
 struct Stage_kv_collect {
     static constexpr uint32_t stage = 6u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_collect(err, r, sh, p, id);
     }
     using Frame = Frame_kv_collect;
-    static constexpr int32_t line = 356, collectives = 4;
+    static constexpr int32_t line = 359, collectives = 4;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
@@ -2195,14 +2236,14 @@ struct Stage_kv_collect {
     }
 };
 
-// stages/kv.xl:405: collective stage kv_evict
+// stages/kv.xl:426: collective stage kv_evict
 struct Stage_kv_evict {
     static constexpr uint32_t stage = 7u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 405, collectives = 5;
+    static constexpr int32_t line = 426, collectives = 5;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};

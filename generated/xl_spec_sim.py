@@ -94,12 +94,12 @@ class Request:
 class Shared:
     """The shared fields, and the pools (flat numpy arrays, zero at launch)."""
 
-    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
+    __slots__ = ('page_owner', 'page_kind', 'page_refs', 'page_gen', 'page_slot', 'page_used', 'kv_free_stack', 'kv_free_top', 'kv_fresh', 'kv_tick', 'kv_last_progress', 'kv_live', 'kv_committed', 'kv_draft', 'kv_used_tokens', 'kv_evict_decode', 'kv_evict_recompute', 'kv_yields', 'kv_pending', 'kv_orphans', 'kv_evictor', 'kv_evict_short', 'kv_evict_for_committed', )
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
 REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False), ('kv_cp', 'kv_cp', 'i', 1, False), ('kv_tp', 'kv_tp', 'i', 1, False), ('kv_committed_tok', 'kv_committed_tok', 'i', 1, False), ('kv_missing_committed', 'kv_missing_committed', 'i', 1, False), ('kv_need', 'kv_need', 'i', 1, False), ('kv_drafts', 'kv_drafts', 'i', 1, False), ('kv_drafts_above_tp', 'kv_drafts_above_tp', 'i', 1, False), ('kv_convert_lo', 'kv_convert_lo', 'i', 1, False), ('kv_convert_hi', 'kv_convert_hi', 'i', 1, False)]
-SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
+SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_orphans', 'kv_orphans', 'u', 512, True), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 # (xl name, attribute, element word, dims) of each pool.
 POOLS = []
 
@@ -187,6 +187,7 @@ def init_shared(p):
     sh.kv_evict_recompute = 0
     sh.kv_yields = 0
     sh.kv_pending = 0
+    sh.kv_orphans = [0] * 512
     sh.kv_evictor = 0
     sh.kv_evict_short = 0
     sh.kv_evict_for_committed = False
@@ -344,7 +345,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:56
 
 
-# stages/kv.xl:350
+# stages/kv.xl:351
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -714,13 +715,14 @@ def stage_kv_manage(r, sh, p, xw):
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
                     xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4325376))  # @xl:291
+                    xw.add('kv_orphans', shl_u32(1, (pg & 31)), wrap_u32, check_index(shr_i32(pg, 5), 512, 5570560))  # @xl:292
             r.kv_pages[k] = -1
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:296
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:297
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:298
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:299
-                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:300
+            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:299
+                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:300
+                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:301
             if committed:
                 own_committed = wrap_i32(own_committed + 1)
             else:
@@ -733,7 +735,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:318
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:319
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -760,7 +762,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:356: collective kv_collect
+# stages/kv.xl:359: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -768,37 +770,50 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    share = div_i32(wrap_i32(wrap_i32(sh.kv_fresh + sweepers) - 1), sweepers)  # @xl:359
+    words = div_i32(wrap_i32(sh.kv_fresh + 31), 32)  # @xl:362
+    share = div_i32(wrap_i32(wrap_i32(words + sweepers) - 1), sweepers)  # @xl:363
     dead = 0
-    for q in range(0, 16384):
-        if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
+    for q in range(0, 512):
+        w = wrap_i32(wrap_i32(me * share) + q)
+        if ((q >= share) or (w >= words)):
             break
-        pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:366
-            dead = wrap_i32(dead + 1)
+        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:370
+        if (bits != 0):
+            for b in range(0, 32):
+                pg = wrap_i32(wrap_i32(w * 32) + b)
+                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:374
+                    dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
     slot = wrap_i32(sh.kv_free_top + at)
-    for q in range(0, 16384):
-        if ((q >= share) or (wrap_i32(wrap_i32(me * share) + q) >= sh.kv_fresh)):
+    for q in range(0, 512):
+        w = wrap_i32(wrap_i32(me * share) + q)
+        if ((q >= share) or (w >= words)):
             break
-        pg = wrap_i32(wrap_i32(me * share) + q)
-        if ((sh.page_refs[check_index(pg, 16384, 4456448)] == 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.FREE)):  # @xl:378
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:379
-            xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:380
-            xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:381
-            xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:382
-            xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:383
-            xw.add('kv_committed', wrap_i32(-1), wrap_i32)
-            xw.add('kv_live', wrap_i32(-1), wrap_i32)
-            xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:386
-            slot = wrap_i32(slot + 1)
+        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:388
+        if (bits != 0):
+            left = bits
+            for b in range(0, 32):
+                pg = wrap_i32(wrap_i32(w * 32) + b)
+                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:393
+                    xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:394
+                    xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:395
+                    xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:396
+                    xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:397
+                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:398
+                    xw.add('kv_committed', wrap_i32(-1), wrap_i32)
+                    xw.add('kv_live', wrap_i32(-1), wrap_i32)
+                    xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:401
+                    slot = wrap_i32(slot + 1)
+                    left = (left & (shl_u32(1, b) ^ 0xFFFFFFFF))  # @xl:403
+            if (left != bits):
+                xw.put('kv_orphans', left, check_index(w, 512, 5570560))  # @xl:407
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:405: collective kv_evict
+# stages/kv.xl:426: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -810,7 +825,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:413
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:434
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -829,16 +844,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:437
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:438
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:439
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:440
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:441
-                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:442
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:443
-                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:444
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:445
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:446
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:458
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:459
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:460
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:461
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:462
+                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:463
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:464
+                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:465
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:466
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:467
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -865,7 +880,7 @@ STAGES = [
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6, 'stages/commit.xl'),
     ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64, 'stages/kv.xl'),
     ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124, 'stages/kv.xl'),
-    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 356, 'stages/kv.xl'),
-    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 405, 'stages/kv.xl'),
+    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 359, 'stages/kv.xl'),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 426, 'stages/kv.xl'),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

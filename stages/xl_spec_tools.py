@@ -184,6 +184,13 @@ def check_pool(shared, requests, active, pool_pages: int) -> list[str]:
         out.append(f"page {pg}: in use beyond kv_fresh {fresh}")
     elif any(int(x) != -1 for x in owner_all[fresh:pool]) or any(int(x) != 0 for x in refs_all[fresh:pool]):
         out.append(f"a page beyond kv_fresh {fresh} is free, but has an owner or references")
+    pages = np.arange(pool)
+    orphans = np.asarray(_get(shared, "kv_orphans"), dtype=np.int64) & 0xFFFFFFFF
+    marked = np.flatnonzero(orphans[pages >> 5] >> (pages & 31) & 1).tolist()
+    orphaned = [pg for pg in range(fresh) if int(kind[pg]) != FREE and int(owner[pg]) == ORPHAN]
+    if marked != orphaned:
+        out.append(f"kv_orphans marks {len(marked)} pages (first {marked[:3]}), but {len(orphaned)} pages are "
+                   f"ORPHAN (first {orphaned[:3]})")
     free_pages = [pg for pg in range(fresh) if int(kind[pg]) == FREE]
     if sorted(stack) != free_pages:
         out.append(f"free stack ({len(stack)} pages, {len(set(stack))} distinct) != free pages below kv_fresh "
@@ -220,6 +227,8 @@ def check_final(result, pool_pages: int) -> list[str]:
             out.append(f"free stack holds {sh['kv_free_top']} pages, {sh['kv_fresh']} were used")
         if np.any(sh["page_refs"][:pool] != 0):
             out.append("non-zero refcounts at the end")
+        if np.any(sh["kv_orphans"] != 0):
+            out.append("kv_orphans marks pages at the end")
         held = result.requests["kv_held"]
         if np.any(held[sorted(done)] != 0) if done else False:
             out.append("a DONE request still holds page-table entries")
