@@ -34,7 +34,7 @@ struct XlControl {
     int32_t round;
     int32_t finished;
     int32_t aborted;
-    int32_t lock;
+    int32_t workers_left;  // fast mode: worker warps that have left (block 0 serves phase 2 until all have)
     int32_t parity;  // which of the two active lists is this round's
     int32_t phase2_grid;  // block 0's word to the others at a round's barrier: phase 2 over the grid
     unsigned long long barrier_count;  // barriers passed (for the cost measurement)
@@ -282,7 +282,7 @@ __device__ void xl_compact_and_admit(XlControl* ctl, const XlLaunch& launch, con
 // time with ballots, so a batch where few or none take a turn costs a few block
 // syncs, not a serial pass over every active request.
 __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Params& p, const int32_t* active,
-                                 int8_t* keep, int32_t n_active, int32_t round, XlSink sink, XlWhere* where) {
+                                 int8_t* keep, int32_t n_active, const XlRounds& round, XlSink sink, XlWhere* where) {
     __shared__ int32_t turns[1024];  // one chunk: blockDim.x <= 1024
     __shared__ int32_t warp_counts[32];
     const int lane = (int)(threadIdx.x & 31u);
@@ -305,8 +305,8 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
             for (int32_t t = 0; t < total; ++t) {
                 const int32_t k = turns[t];
                 const int32_t id = active[k];
-                where[0] = XlWhere{id, round, stage, 0};
-                if (!run_arbiter(stage, reqs[id], *sh, p, id, round, sink)) keep[k] = 0;
+                where[0] = XlWhere{id, round[k], stage, 0};
+                if (!run_arbiter(stage, reqs[id], *sh, p, id, round[k], sink)) keep[k] = 0;
             }
         }
         __syncthreads();
@@ -317,7 +317,7 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
 // collective stages in declaration order; an arbiter's turns by block 0, then the span syncs.
 // False: aborted (over the grid).
 __device__ bool xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                          const XlSpan& sp, int32_t round, XlSink sink, XlWhere* where, const XlColl& xc) {
+                          const XlSpan& sp, const XlRounds& round, XlSink sink, XlWhere* where, const XlColl& xc) {
     (void)xc;
     if (!run_collective<Stage_kv_manage>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
     if (!run_collective<Stage_kv_collect>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
@@ -475,6 +475,109 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     }
 }
 
+// ---- fast mode: every warp runs its own requests; phase 2 in epochs ------------------------------
+//
+// A worker warp (blocks 1..) takes the next request and runs it to the end, iteration by
+// iteration. When phase 2 may run for it, it posts the request (its bit in `waiting`) and
+// waits; block 0 serves phase 2 in epochs: each takes every request waiting at that moment, in
+// id order, and runs phase 2 for them together as a round's (docs/semantics.md §15).
+enum { XL_EPOCH_WAITING = 1, XL_EPOCH_ALIVE = 2, XL_EPOCH_FAILED = 3 };
+struct XlEpochs {
+    int32_t* ids;           // [slots] this epoch's requests, ids ascending
+    int32_t* rounds;        // [slots] their iterations (their records' rounds)
+    int8_t* keep;           // [slots] 2: takes part; 0 after phase 2: failed
+    unsigned int* waiting;  // [(n + 31) / 32] bit `id`: request `id` waits for an epoch
+    unsigned int* state;    // [n] XL_EPOCH_*: block 0's answer
+    int32_t* round_of;      // [n] the iteration a waiting request is at
+};
+
+// After the XlColl buffer, xl_epoch_words(slots, n) words (gpu.py: collective_words, alike).
+__device__ XlEpochs xl_epochs_carve(uint32_t* mem, int32_t slots, int32_t n) {
+    XlEpochs e;
+    e.ids = (int32_t*)mem;
+    e.rounds = e.ids + slots;
+    e.keep = (int8_t*)(e.rounds + slots);
+    e.waiting = (unsigned int*)(e.rounds + 2 * slots);
+    e.state = e.waiting + (n + 31) / 32;
+    e.round_of = (int32_t*)(e.state + n);
+    return e;
+}
+
+// Block 0's service: epochs until every worker has left (ctl->workers_left), or an abort.
+__device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlControl* ctl, const XlEpochs& ep,
+                              int32_t n, int32_t workers, XlSink sink, XlWhere* where, const XlColl& xc,
+                              const volatile int32_t* host_flags) {
+    __shared__ int32_t head, all_left, stop;
+    const int32_t t = (int32_t)threadIdx.x, nt = (int32_t)blockDim.x;
+    unsigned int idle = 0, sleep_ns = 32;  // (the same on every thread)
+    for (int32_t epoch = 0;;) {
+        ++idle;
+        __syncthreads();  // (everyone has read the last pass's words and answered its epoch)
+        if (t == 0) {  // (every worker left: none waits, since a worker leaves only when answered)
+            all_left = ((volatile XlControl*)ctl)->workers_left == workers;
+            head = min(((volatile XlControl*)ctl)->queue_head, n);
+            stop = (idle & 255u) == 0u && (host_flags[0] != 0 || xl_aborted(ctl));
+        }
+        __syncthreads();
+        const int32_t words = (head + 31) / 32;
+        const bool everyone_left = all_left != 0;
+        if (stop) {
+            if (t == 0) ctl->aborted = 1;
+            return;
+        }
+        // The waiting requests, in id order: each thread a word of bits, a block-wide scan of their counts.
+        int32_t taken = 0;
+        for (int32_t base = 0; base < words; base += nt) {
+            const int32_t w = base + t;
+            unsigned int bits = w < words ? xl_load_acquire(&ep.waiting[w]) : 0u;
+            if (bits != 0u) atomicAnd(&ep.waiting[w], ~bits);  // (other bits of the word may be set meanwhile)
+            uint32_t chunk = 0u;
+            int32_t k = taken + (int32_t)xl_block_inclusive_sum((uint32_t)__popc(bits), &chunk) - __popc(bits);
+            for (; bits != 0u; bits &= bits - 1u, ++k) ep.ids[k] = w * 32 + __ffs(bits) - 1;
+            taken += (int32_t)chunk;
+        }
+        __syncthreads();  // (every thread's ids written, before any reads them)
+        if (taken == 0) {
+            if (everyone_left) return;
+            if (idle > 64u) {
+                __nanosleep(sleep_ns);
+                if (sleep_ns < 1024u) sleep_ns <<= 1;
+            }
+            continue;
+        }
+        idle = 0;
+        sleep_ns = 32;
+        for (int32_t i = t; i < taken; i += nt) {
+            ep.keep[i] = 2;
+            ep.rounds[i] = ep.round_of[ep.ids[i]];
+        }
+        __syncthreads();
+        xl_phase2(reqs, sh, p, ep.ids, ep.keep, xl_span_block(taken), XlRounds(epoch, ep.rounds), sink, where, xc);
+        __threadfence();  // (this thread's writes to the requests and the shared state, before the answers)
+        __syncthreads();
+        for (int32_t i = t; i < taken; i += nt)
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(&ep.state[ep.ids[i]]),
+                         "r"(ep.keep[i] ? (unsigned)XL_EPOCH_ALIVE : (unsigned)XL_EPOCH_FAILED) : "memory");
+        ++epoch;
+    }
+}
+
+// A worker's wait for block 0's answer (lane 0): XL_EPOCH_ALIVE or XL_EPOCH_FAILED; 0 on abort.
+__device__ unsigned int xl_epoch_wait(const unsigned int* state, XlControl* ctl, const volatile int32_t* host_flags) {
+    unsigned int spins = 0, sleep_ns = 32, v;
+    while ((v = xl_load_acquire(state)) == (unsigned)XL_EPOCH_WAITING) {
+        if ((++spins & 255u) == 0u && (host_flags[0] != 0 || xl_aborted(ctl))) {
+            ctl->aborted = 1;
+            return 0u;
+        }
+        if (spins > 64u) {
+            __nanosleep(sleep_ns);
+            if (sleep_ns < 1024u) sleep_ns <<= 1;
+        }
+    }
+    return v;
+}
+
 extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                        XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
@@ -489,9 +592,18 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params p = *params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
-    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, 1);  // phase-2 stages run under the lock, one at a time
+    // Phase 2 in block 0 (the host gives such a program two blocks or more): an epoch holds at
+    // most a request per warp.
+    const int32_t slots = (int32_t)(gridDim.x * (blockDim.x >> 5));
+    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, slots);
+    const XlEpochs ep = xl_epochs_carve(coll_mem + xl_coll_words(slots, coll_mem[0]), slots, launch.n_requests);
     (void)active_lists;
     (void)keep;
+    if (XL_NUM_PHASE2 > 0 && blockIdx.x == 0) {
+        const int32_t workers = (int32_t)((gridDim.x - 1u) * (blockDim.x >> 5));
+        xl_fast_serve(reqs, sh, p, ctl, ep, launch.n_requests, workers, sink, where, xc, host_flags);
+        return;
+    }
     for (;;) {
         int32_t id = 0;
         if (lane == 0) id = atomicAdd(&ctl->queue_head, 1);
@@ -514,26 +626,19 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
             __syncwarp();
             if (XL_NUM_PHASE2 > 0 && arbiter_may_run(r, *sh, p, id)) {  // the same on every lane
                 xl_put_request(reqs, id, slot, lane);
-                if (lane == 0) {  // arbiters and collective stages (alone) under a global lock
-                    unsigned int spins = 0;
-                    bool aborting = false;
-                    while (atomicCAS(&ctl->lock, 0, 1) != 0) {
-                        if ((++spins & 255u) == 0u && xl_host_abort(host_flags)) { aborting = true; break; }
-                        __nanosleep(64);
-                    }
-                    if (!aborting) {
-                        __threadfence();
-                        alive = run_phase2_solo(reqs[id], *sh, p, id, round, sink, xc);
-                        __threadfence();
-                        atomicExch(&ctl->lock, 0);
-                    } else {
-                        ctl->aborted = 1;
-                        alive = false;
-                    }
+                __threadfence();  // (every lane's stores of the request, before lane 0 posts it)
+                __syncwarp();
+                unsigned int answer = 0u;
+                if (lane == 0) {  // wait for block 0's next epoch
+                    ep.round_of[id] = round;
+                    ep.state[id] = XL_EPOCH_WAITING;
+                    __threadfence();
+                    atomicOr(&ep.waiting[id >> 5], 1u << (id & 31));
+                    answer = xl_epoch_wait(&ep.state[id], ctl, host_flags);
                 }
-                alive = __shfl_sync(0xFFFFFFFFu, alive ? 1 : 0, 0) != 0;
-                if (xl_aborted(ctl)) return;
-                __syncwarp();  // lane 0's arbiter writes to reqs[id], before the other lanes read them
+                answer = __shfl_sync(0xFFFFFFFFu, answer, 0);
+                if (answer == 0u) return;  // aborted
+                alive = answer == (unsigned)XL_EPOCH_ALIVE;
 #if XL_REQUEST_IN_SHARED
                 xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
 #endif
@@ -547,6 +652,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
         }
         xl_put_request(reqs, id, slot, lane);
     }
+    if (lane == 0) atomicAdd(&ctl->workers_left, 1);
 }
 
 // ---- baselines: the conventional host-driven decode loop, from the same stage code ------------

@@ -1613,6 +1613,7 @@ struct Frame_kv_collect {
     int32_t at;
     int32_t total;
     int32_t slot;
+    int32_t used;
 };
 static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
@@ -1710,68 +1711,59 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         [[maybe_unused]] int32_t at = xl_frame.at;
         [[maybe_unused]] int32_t total = xl_from_bits<int32_t>(xl_in);
         [[maybe_unused]] int32_t slot = xl_add(sh.kv_free_top, at);
+        [[maybe_unused]] int32_t used = 0;
         for (int32_t q = 0; q < 512; ++q) {
             [[maybe_unused]] int32_t w = xl_add(xl_mul(me, share), q);
             if ((q >= share) || (w >= words)) {
                 break;
             }
-            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 388, w, 512, 5570560)];
+            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 389, w, 512, 5570560)];
             if (xl_failed(err)) return err;
             if (xl_ne(bits, 0u)) {
                 [[maybe_unused]] uint32_t left = bits;
                 for (int32_t b = 0; b < 32; ++b) {
                     [[maybe_unused]] int32_t pg = xl_add(xl_mul(w, 32), b);
-                    const bool xl_c2 = xl_ne(xl_band(xl_shr(err, 1, 393, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 393, pg, 16384, 4456448)], 0);
+                    const bool xl_c2 = xl_ne(xl_band(xl_shr(err, 1, 394, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 394, pg, 16384, 4456448)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c2) {
                         {
-                            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 394, pg, 16384, 4521984)], 1);
-                            const int32_t xl_i = xl_idx(err, 2, 394, pg, 16384, 4521984);
+                            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 395, pg, 16384, 4521984)], 1);
+                            const int32_t xl_i = xl_idx(err, 2, 395, pg, 16384, 4521984);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = PageKind::FREE;
-                            const int32_t xl_i = xl_idx(err, 1, 395, pg, 16384, 4390912);
+                            const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384, 4390912);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = -1;
-                            const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384, 4325376);
+                            const int32_t xl_i = xl_idx(err, 1, 397, pg, 16384, 4325376);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = xl_neg(sh.page_used[xl_idx(err, 1, 397, pg, 16384, 4653056)]);
+                            const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 398, pg, 16384, 4653056)]);
                             if (xl_failed(err)) return err;
-                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
+                            used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 398, pg, 16384, 4653056);
+                            const int32_t xl_i = xl_idx(err, 1, 399, pg, 16384, 4653056);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = xl_neg(1);
-                            if (xl_failed(err)) return err;
-                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
-                        }
-                        {
-                            const int32_t xl_v = xl_neg(1);
-                            if (xl_failed(err)) return err;
-                            xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
-                        }
-                        {
                             const int32_t xl_v = pg;
-                            const int32_t xl_i = xl_idx(err, 1, 401, slot, 16384, 4718592);
+                            const int32_t xl_i = xl_idx(err, 1, 400, slot, 16384, 4718592);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                         }
                         slot = xl_add(slot, 1);
                         {
-                            const uint32_t xl_v = xl_band(left, (~xl_shl(err, 1, 403, 1u, b)));
+                            const uint32_t xl_v = xl_band(left, (~xl_shl(err, 1, 402, 1u, b)));
                             if (xl_failed(err)) return err;
                             left = xl_v;
                         }
@@ -1780,11 +1772,28 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
                 if (xl_ne(left, bits)) {
                     {
                         const uint32_t xl_v = left;
-                        const int32_t xl_i = xl_idx(err, 1, 407, w, 512, 5570560);
+                        const int32_t xl_i = xl_idx(err, 1, 406, w, 512, 5570560);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_orphans[xl_i]), xl_word_bits(xl_v));
                     }
                 }
+            }
+        }
+        if (dead > 0) {
+            {
+                const int32_t xl_v = xl_neg(dead);
+                if (xl_failed(err)) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_committed), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_neg(dead);
+                if (xl_failed(err)) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_live), xl_word_bits(xl_v));
+            }
+            {
+                const int32_t xl_v = xl_neg(used);
+                if (xl_failed(err)) return err;
+                xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_used_tokens), xl_word_bits(xl_v));
             }
         }
         if (xl_eq(me, 0)) {
@@ -1807,7 +1816,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
     return err;
 }
 
-// stages/kv.xl:426: collective kv_evict
+// stages/kv.xl:431: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1844,7 +1853,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 434, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 434, pg, 16384, 4456448)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 439, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 439, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1968,55 +1977,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 458, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 463, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 459, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 459, pg, 16384, 4456448)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 464, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 464, pg, 16384, 4456448)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 460, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 460, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 465, pg, 16384, 4521984)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 465, pg, 16384, 4521984);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 461, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 466, pg, 16384, 4390912);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 462, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 467, pg, 16384, 4325376);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 463, pg, 16384, 4456448);
+                        const int32_t xl_i = xl_idx(err, 1, 468, pg, 16384, 4456448);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 464, pg, 16384, 4653056)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 469, pg, 16384, 4653056)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 465, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 470, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 466, xl_add(sh.kv_free_top, n), 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 471, xl_add(sh.kv_free_top, n), 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 467, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 472, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -2236,14 +2245,14 @@ struct Stage_kv_collect {
     }
 };
 
-// stages/kv.xl:426: collective stage kv_evict
+// stages/kv.xl:431: collective stage kv_evict
 struct Stage_kv_evict {
     static constexpr uint32_t stage = 7u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 426, collectives = 5;
+    static constexpr int32_t line = 431, collectives = 5;
     // Collective k's operation and its contribution's word kind.
     XL_HD static int op(int k) {
         const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
@@ -2322,6 +2331,11 @@ XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
     return 4ull + 3ull * XL_SHARED_WORDS + (5ull + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow +
            XL_GRID_WORDS;
 }
+// Words of fast mode's epochs after that buffer (gpu.cu's XlEpochs; gpu.py: epoch_words): per
+// slot an id, a round and a keep flag; per request a bit, a state and a round.
+XL_HD uint64_t xl_epoch_words(int32_t slots, int32_t n_requests) {
+    return 3ull * (uint64_t)slots + ((uint64_t)n_requests + 31u) / 32u + 2ull * (uint64_t)n_requests;
+}
 constexpr bool XL_DONE_READS_SHARED = false;
 XL_DEVICE int arbiter_stage_index(int i) {
     const int indices[1] = {-1};
@@ -2370,7 +2384,7 @@ XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
 // aborted (over the grid).
 template <typename S>
 XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
-                              const XlSpan& sp, int32_t round, XlSink sink, const XlColl& xc) {
+                              const XlSpan& sp, const XlRounds& round, XlSink sink, const XlColl& xc) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
     XL_PROF_START();
     int32_t any = 0;
@@ -2384,7 +2398,7 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
             const int32_t id = active[i];
             if (S::guard(err, reqs[id], *sh, p, id) && !err.code) part = 1;
             if (err.code) {
-                xl_emit_error(sink, id, round, S::stage, err);
+                xl_emit_error(sink, id, round[i], S::stage, err);
                 keep[i] = 0;
             }
         }
@@ -2404,7 +2418,7 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
             const XlErr err = S::segment(seg, xc.result[i], out, reqs[id], *sh, p, id, frame_of<S>(xc, i), xw);
             xc.noted[i] = xw.n;
             if (err.code) {
-                xl_emit_error(sink, id, round, S::stage, err);
+                xl_emit_error(sink, id, round[i], S::stage, err);
                 keep[i] = 0;
                 xc.part[i] = 0;
             }
@@ -2422,51 +2436,14 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
         if (i >= sp.hi || !xc.part[i]) continue;
         const int32_t id = active[i];
         if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round, S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
+            xl_emit_error(sink, id, round[i], S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
             keep[i] = 0;
         } else {
-            S::trace(sink, reqs[id], id, round);
+            S::trace(sink, reqs[id], id, round[i]);
         }
     }
     XL_BLOCK_SYNC();
     XL_PROF_MARK(S::stage * 32 + 31);
-    return true;
-}
-
-// The same stage for one request alone (fast mode, under the lock: one thread).
-template <typename S>
-XL_DEVICE bool run_collective_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
-                                   const XlColl& xc) {
-    XlErr err = {0, 0, 0};
-    if (!S::guard(err, r, sh, p, id) || err.code) {
-        if (err.code) xl_emit_error(sink, id, round, S::stage, err);
-        return !err.code;
-    }
-    typename S::Frame f;
-    uint32_t in = 0u;
-    XlWriter xw = {&xc, 0, 0u, XL_NO_NOTE};
-    for (int32_t seg = 0; seg <= S::collectives && !err.code; ++seg) {
-        uint32_t out = 0u;
-        err = S::segment(seg, in, out, r, sh, p, id, f, xw);
-        if (seg < S::collectives) in = xl_collective_solo(S::op(seg), out, id);
-    }
-    xc.noted[0] = xw.n;
-    xl_settle_solo(xc, &sh, 0);  // one writer: no conflicts
-    if (err.code) {
-        xl_emit_error(sink, id, round, S::stage, err);
-        return false;
-    }
-    S::trace(sink, r, id, round);
-    return true;
-}
-
-// Fast mode: one request's phase-2 stages in declaration order, alone (under the lock).
-XL_DEVICE bool run_phase2_solo(Request& r, Shared& sh, const Params& p, int32_t id, int32_t round, XlSink sink,
-                               const XlColl& xc) {
-    (void)r; (void)sh; (void)p; (void)id; (void)round; (void)sink; (void)xc;
-    if (!run_collective_solo<Stage_kv_manage>(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_collective_solo<Stage_kv_collect>(r, sh, p, id, round, sink, xc)) return false;
-    if (!run_collective_solo<Stage_kv_evict>(r, sh, p, id, round, sink, xc)) return false;
     return true;
 }
 

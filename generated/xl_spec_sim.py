@@ -786,34 +786,37 @@ def stage_kv_collect(r, sh, p, xw):
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
     slot = wrap_i32(sh.kv_free_top + at)
+    used = 0
     for q in range(0, 512):
         w = wrap_i32(wrap_i32(me * share) + q)
         if ((q >= share) or (w >= words)):
             break
-        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:388
+        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:389
         if (bits != 0):
             left = bits
             for b in range(0, 32):
                 pg = wrap_i32(wrap_i32(w * 32) + b)
-                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:393
-                    xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:394
-                    xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:395
-                    xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:396
-                    xw.add('kv_used_tokens', wrap_i32(-sh.page_used[check_index(pg, 16384, 4653056)]), wrap_i32)  # @xl:397
-                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:398
-                    xw.add('kv_committed', wrap_i32(-1), wrap_i32)
-                    xw.add('kv_live', wrap_i32(-1), wrap_i32)
-                    xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:401
+                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:394
+                    xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:395
+                    xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:396
+                    xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:397
+                    used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:398
+                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:399
+                    xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:400
                     slot = wrap_i32(slot + 1)
-                    left = (left & (shl_u32(1, b) ^ 0xFFFFFFFF))  # @xl:403
+                    left = (left & (shl_u32(1, b) ^ 0xFFFFFFFF))  # @xl:402
             if (left != bits):
-                xw.put('kv_orphans', left, check_index(w, 512, 5570560))  # @xl:407
+                xw.put('kv_orphans', left, check_index(w, 512, 5570560))  # @xl:406
+    if (dead > 0):
+        xw.add('kv_committed', wrap_i32(-dead), wrap_i32)
+        xw.add('kv_live', wrap_i32(-dead), wrap_i32)
+        xw.add('kv_used_tokens', wrap_i32(-used), wrap_i32)
     if (me == 0):
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + total))
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:426: collective kv_evict
+# stages/kv.xl:431: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -825,7 +828,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:434
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:439
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -844,16 +847,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:458
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:459
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:460
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:461
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:462
-                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:463
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:464
-                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:465
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:466
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:467
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:463
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:464
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:465
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:466
+                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:467
+                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:468
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:469
+                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:470
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:471
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:472
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -881,6 +884,6 @@ STAGES = [
     ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64, 'stages/kv.xl'),
     ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124, 'stages/kv.xl'),
     ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 359, 'stages/kv.xl'),
-    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 426, 'stages/kv.xl'),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 431, 'stages/kv.xl'),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

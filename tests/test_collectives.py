@@ -232,15 +232,59 @@ def test_a_failed_request_leaves_later_collectives(backend, max_active):
     assert int(result.shared["hits"][0]) == 4
 
 
-def test_fast_mode_runs_each_request_alone():
-    """Fast mode (run_interleaved): a collective stage has one participant, under the lock."""
+CLAIM_THEN_SUM_SRC = """pipeline claimsum
+shared {
+    x: u32
+}
+request {
+    done_: bool
+}
+collective claim {
+    let me = scan(1)
+    if me == 0 {
+        x = 0x80000005u
+    }
+}
+collective add {
+    x += 1u
+    done_ = true
+}
+trace add: done_
+done when done_
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("max_active", [1, 5])
+def test_a_word_claimed_in_one_stage_then_summed_in_the_next(backend, max_active):
+    """One stage claims a shared word (a nonzero value), the next sums into it: the sum starts
+    from the claimed value, once. (The GPU's shadow once kept a claim's value after the stage and
+    the next stage's sum added it again.)"""
+    compiled, result = run_on(backend, CLAIM_THEN_SUM_SRC, [{} for _ in range(5)], max_active=max_active)
+    # every round claims it again, then each of the round's requests adds 1
+    assert int(result.shared["x"][0]) == 0x80000005 + min(5, max_active)
+
+
+def test_fast_mode_epochs_take_the_waiting_requests_together():
+    """Fast mode (run_interleaved): a collective stage's participants are the requests of one
+    epoch, those waiting at that moment. With one worker each epoch has one request; with three,
+    the schedule decides, and s1 (count(true)) is the size of the request's epoch in every one."""
     compiled = load_text(ERRORS_SRC.replace("let i = got[bad]", "let i = got[bad % 4]"), name="coll.xl")
     module = compiled.sim_module()
-    result = sim.run_interleaved(module, {}, [{}, {"bad": 9}, {}], sim.LaunchConfig(max_active=3), seed=1)
-    assert list(result.requests["s1"]) == [1, 1, 1] and list(result.requests["s2"]) == [1, 1, 1]
-    assert int(result.shared["hits"][0]) == 3
-    deterministic = sim.run(module, {}, [{}, {"bad": 9}, {}], sim.LaunchConfig(max_active=3))
-    assert compare_results(compiled.program, result, deterministic, ["done_"]) is None
+    inputs = [{}, {"bad": 9}, {}]
+    alone = sim.run_interleaved(module, {}, inputs, sim.LaunchConfig(max_active=3), workers=1, seed=1)
+    assert list(alone.requests["s1"]) == [1, 1, 1] and list(alone.requests["s2"]) == [1, 1, 1]
+    assert int(alone.shared["hits"][0]) == 3
+    sizes = set()
+    for seed in range(20):
+        result = sim.run_interleaved(module, {}, inputs, sim.LaunchConfig(max_active=3), seed=seed)
+        s1 = [int(x) for x in result.requests["s1"]]
+        assert all(s1.count(k) % k == 0 for k in s1), s1  # epochs of k requests, each seen by its k members
+        assert [int(x) for x in result.requests["s2"]] == s1 and int(result.shared["hits"][0]) == 3
+        sizes.update(s1)
+    assert sizes == {1, 2, 3}  # the schedules differ: alone, in pairs, all three together
+    deterministic = sim.run(module, {}, inputs, sim.LaunchConfig(max_active=3))
+    assert compare_results(compiled.program, alone, deterministic, ["done_"]) is None
     assert list(deterministic.requests["s1"]) == [3, 3, 3]
 
 

@@ -1,8 +1,8 @@
 """Fast mode's semantics without a GPU: `sim.run_interleaved` runs requests one
 iteration at a time in a seeded random order, as fast mode's warps may (stages,
-then arbiters under the lock, then `done when`). Results that must not depend on
-the schedule are checked across seeds and worker counts; the KV cache's answers
-and pool invariants among them."""
+then phase 2 in an epoch with the other requests waiting then, then `done when`).
+Results that must not depend on the schedule are checked across seeds and worker
+counts; the KV cache's answers and pool invariants among them."""
 
 from __future__ import annotations
 
@@ -39,6 +39,20 @@ def test_kv_scenarios_keep_answers_and_invariants_in_any_order(compiled, name, s
         result = sim.run_interleaved(compiled.sim_module(), params, inputs, config, workers=workers, seed=seed)
         _check_tokens(result, inputs, params)
         assert_invariants(result, params["pool_pages"])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_oversubscribed_pool_is_shared_in_epochs(compiled, seed):
+    """300 requests at once through 100 pages (a tenth of what they would hold at once, about):
+    epochs let the oldest waiting request evict younger ones, so every request finishes with
+    its plain greedy tokens and nothing leaks."""
+    from test_kv_cache import _inputs, evictions_by_cause
+    inputs = _inputs(compiled.sim_module(), 300, (0.0, 1.0), seed=9)
+    params = {"pool_pages": 100, **KV_ON}
+    result = sim.run_interleaved(compiled.sim_module(), params, inputs, LaunchConfig(max_rounds=50_000), seed=seed)
+    _check_tokens(result, inputs, params)
+    assert_invariants(result, 100)
+    assert sum(evictions_by_cause(result).values()) > 0
 
 
 def test_without_the_kv_cache_any_order_gives_the_deterministic_final_state(compiled):

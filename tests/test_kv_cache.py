@@ -278,3 +278,19 @@ def test_a_crowd_through_a_small_pool_on_the_gpu(compiled):
     assert got.extra["timing"].grid > 1
     divergence = compare(compiled.program, expected, got)
     assert divergence is None, divergence.render()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
+def test_fast_mode_shares_an_oversubscribed_pool_on_the_gpu(compiled):
+    """Fast mode, 1,000 requests at once through a pool that holds about a tenth of their pages:
+    phase 2 runs in epochs (every request waiting at that moment together), so the oldest is
+    served first and younger ones are evicted for it. Every request finishes with plain greedy
+    decoding's tokens, nothing leaks (the pool's final invariants), and eviction did happen."""
+    inputs = _inputs(compiled.sim_module(), 1000, (0.0, 1.0), seed=9)
+    params = {"pool_pages": 512, **KV_ON}
+    got = gpu.run(compiled, params, inputs, LaunchConfig(max_active=1000, max_rounds=50_000), mode="fast")
+    _check_tokens(got, inputs, params)
+    assert_invariants(got, 512)
+    assert sum(evictions_by_cause(got).values()) > 0 and got.requests["kv_waits"].sum() > 0
+

@@ -139,17 +139,21 @@ def test_a_deterministic_run_becomes_a_valid_nested_monotonic_trace(program):
     assert other["pipeline"] == "xl_spec" and other["schema"] == tl.SCHEMA
 
 
-def test_fast_mode_nests_stages_lock_and_phase_2_in_the_request(program):
-    b = buffers(1, 64, mode="fast")
-    w = Writer(b, 0, 3, 0, 0)
+def test_fast_mode_nests_stages_and_the_epoch_wait_in_the_request_and_epochs_on_block_0(program):
+    """Fast mode: a worker's request holds its stages and its wait for an epoch; block 0's
+    warp 0 records each epoch's phase 2, with its stages inside."""
+    b = buffers(2, 64, mode="fast")
+    server, w = Writer(b, 0, 3, 0, 0), Writer(b, 1, 5, 1, 0)
+    kv_manage = next(s.index for s in program.phase2_stages if s.name == "kv_manage")
     now = 0
-    for it in range(2):  # two iterations of request 7, the second takes the lock
+    for it in range(2):  # two iterations of request 7, the second waits for epoch 0
         for s in program.per_request_stages:
             w.event(tl.STAGE, s.index, it, 7, now, now + 100)
             now += 100
         if it == 1:
-            w.event(tl.LOCK, tl.NONE, it, 7, now, now + 250)
-            w.event(tl.PHASE2, tl.NONE, it, 7, now + 250, now + 900)
+            w.event(tl.LOCK, tl.NONE, it, 7, now, now + 900)
+            server.event(tl.PHASE2_STAGE, kv_manage, 0, -1, now + 100, now + 700)
+            server.event(tl.PHASE2, tl.NONE, 0, -1, now + 100, now + 850)
             now += 900
     w.event(tl.REQUEST, tl.NONE, 2, 7, 0, now + 10)
     trace = tl.to_trace(b, program)
@@ -157,8 +161,8 @@ def test_fast_mode_nests_stages_lock_and_phase_2_in_the_request(program):
     prof = tl.profile(trace)
     rows = {(r.parent, r.what): r for r in prof.rows}
     assert rows[(None, "request")].events == 1
-    assert rows[("request", "lock wait")].total_us == 0.25 and rows[("request", "phase 2")].total_us == 0.65
-    assert rows[("request", "decode (stage)")].events == 2
+    assert rows[("request", "epoch wait")].total_us == 0.9 and rows[("request", "decode (stage)")].events == 2
+    assert rows[(None, "phase 2")].total_us == 0.75 and rows[("phase 2", "kv_manage (collective)")].total_us == 0.6
 
 
 def test_a_full_slice_drops_the_rest_and_says_so(program, tmp_path):

@@ -388,7 +388,13 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     # warps is a block serving one request.
     threads = THREADS_PER_BLOCK if team == 1 else 32 * team
     useful = config.max_active if mode != "fast" else n
+    serves = mode == "fast" and bool(compiled.program.phase2_stages)  # block 0 serves phase 2 (epochs)
+    if serves and grid is not None and grid < 2:
+        raise ValueError(f"grid = {grid}: fast mode runs this program's phase 2 in block 0, and its requests in "
+                         "the other blocks: give 2 blocks or more")
     blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
+    if serves:
+        blocks = max(2, blocks)
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise
@@ -402,7 +408,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             # non-blocking stream does not wait for work queued on the default one.
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
-                words = collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode, overflow)
+                words = collective_words(compiled.program, len(shared_host.view(np.uint32)), config, n, mode, overflow,
+                                         blocks * threads // 32)
                 pools = {name: cupy.zeros(dims, dtype=POOL_DTYPES[word])  # zero at every launch and retry
                          for name, _attr, word, dims in pool_table(module)}
                 packed = params_array(module, p, tensors, {name: a.data.ptr for name, a in pools.items()})
@@ -515,13 +522,24 @@ GRID_MAX_BLOCKS = 1024  # XL_GRID_MAX_BLOCKS: the largest grid that runs phase 2
 GRID_WORDS = 2 + 4 * GRID_MAX_BLOCKS  # XL_GRID_WORDS: its barrier and the blocks' parts
 
 
-def collective_words(program, shared_words: int, config, n: int, mode: str, overflow: int) -> int:
-    """Words of the XlColl buffer (xl_coll_carve and xl_coll_words in the kernel, alike)."""
-    if not any(s.is_collective for s in program.stages):
-        return 4
-    slots = 1 if mode == "fast" else max(1, min(config.max_active, n))
-    return (4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
-            + GRID_WORDS)
+def collective_words(program, shared_words: int, config, n: int, mode: str, overflow: int, warps: int = 1) -> int:
+    """Words of the XlColl buffer (xl_coll_carve and xl_coll_words in the kernel, alike), and in
+    fast mode with phase-2 stages, fast mode's epochs after it (xl_epoch_words): an epoch holds
+    at most a request per warp of the grid (`warps`)."""
+    slots = warps if mode == "fast" else max(1, min(config.max_active, n))
+    words = 4
+    if any(s.is_collective for s in program.stages):
+        words = (4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
+                 + GRID_WORDS)
+    if mode == "fast" and program.phase2_stages:
+        words += epoch_words(slots, n)
+    return words
+
+
+def epoch_words(slots: int, n: int) -> int:
+    """Fast mode's epochs (XlEpochs, xl_epoch_words): per slot an id, a round and a keep flag; per
+    request a bit, a state and a round."""
+    return 3 * slots + (n + 31) // 32 + 2 * n
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,

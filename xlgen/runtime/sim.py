@@ -231,19 +231,25 @@ def _run_stage(module, stage, r, sh, p, rnd: int, out: list) -> bool:
     return True
 
 
-def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int, records: list[list],
+def _round_of(rnd: int | dict[int, int], req_id: int) -> int:
+    """The round a record of `req_id` carries: the round's, or (fast mode's epochs) its own iteration."""
+    return rnd[req_id] if isinstance(rnd, dict) else rnd
+
+
+def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int | dict[int, int], records: list[list],
                     failed: set[int]) -> None:
     """A collective stage (docs/semantics.md §13.1) for the requests `req_ids` (ascending
     id): each one whose guard holds runs the body up to its next collective; the collective
     combines the contributions in id order and every participant resumes with its result.
-    Shared writes take effect when the stage ends. Failed requests are added to `failed`."""
+    Shared writes take effect when the stage ends. Failed requests are added to `failed`.
+    `rnd`: the round of the records, or each request's (a dict)."""
     index, trace_index, trace, line = stage[1], stage[5], stage[6], stage[8]
     guard, body = stage[3], stage[4]
     writes = SharedWrites()
     bodies, finished = {}, []
 
     def fail(req_id: int, exc: XlRuntimeError) -> None:
-        records[req_id].append(error_record(req_id, rnd, index, exc, module.__file__))
+        records[req_id].append(error_record(req_id, _round_of(rnd, req_id), index, exc, module.__file__))
         failed.add(req_id)
 
     for req_id in req_ids:
@@ -275,20 +281,23 @@ def _run_collective(module, stage, req_ids: list[int], reqs, sh, p, rnd: int, re
     conflicted = writes.apply(sh)
     for req_id in sorted(finished):
         if req_id in conflicted:
-            records[req_id].append(_bare_error(req_id, rnd, index, ERR_CONFLICT, line))
+            records[req_id].append(_bare_error(req_id, _round_of(rnd, req_id), index, ERR_CONFLICT, line))
             failed.add(req_id)
         elif trace is not None:
-            records[req_id].append((req_id, rnd, trace_index, index, *trace(reqs[req_id])))
+            records[req_id].append((req_id, _round_of(rnd, req_id), trace_index, index, *trace(reqs[req_id])))
 
 
-def _run_phase2(module, phase2, active: list[int], reqs, sh, p, rnd: int, records: list[list], failed: set[int]):
-    """Arbiters (serially, in request-id order) and collective stages, in declaration order."""
+def _run_phase2(module, phase2, active: list[int], reqs, sh, p, rnd: int | dict[int, int], records: list[list],
+                failed: set[int]):
+    """Arbiters (serially, in request-id order) and collective stages, in declaration order,
+    for the requests `active` (ascending id); `rnd` as _run_collective's."""
     for stage in phase2:
         if stage[7] == "collective":
             _run_collective(module, stage, [i for i in active if i not in failed], reqs, sh, p, rnd, records, failed)
             continue
         for req_id in active:
-            if req_id not in failed and not _run_stage(module, stage, reqs[req_id], sh, p, rnd, records[req_id]):
+            if req_id not in failed and not _run_stage(module, stage, reqs[req_id], sh, p, _round_of(rnd, req_id),
+                                                       records[req_id]):
                 failed.add(req_id)
 
 
@@ -448,12 +457,15 @@ def hang_report(module, exc: BaseException, headline: str, limit: int = 64) -> s
 
 def run_interleaved(module, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
                     workers: int | None = None, seed: int = 0) -> RunResult:
-    """Fast mode's semantics (docs/semantics.md), one schedule of many: `workers` warps
+    """Fast mode's semantics (docs/semantics.md §15), one schedule of many: `workers` warps
     (default: one per request) each take the next request in id order and run it to the
-    end, one iteration at a time -- per-request stages, then the arbiters under the global
-    lock, then `done when` -- and a seeded random choice of worker decides whose iteration
-    runs next. The round in a record is the request's own iteration. Fast-mode results
-    that depend on the schedule show up here as a difference between seeds, without a GPU."""
+    end, one iteration at a time: its per-request stages; then, if the program has arbiters
+    or collective stages, it waits for the next *epoch*, which runs them (declaration order)
+    for every request waiting at that moment together, ids ascending, as a round's phase 2
+    does; then `done when`. A seeded random choice decides, step by step, whose per-request
+    stages run next or whether the waiting requests' epoch runs. The round in a record is
+    the request's own iteration. Fast-mode results that depend on the schedule show up here
+    as a difference between seeds, without a GPU."""
     import random
 
     config, p, reqs, sh = _start(module, params, inputs, config)
@@ -464,34 +476,47 @@ def run_interleaved(module, params=None, inputs: list[dict] | None = None, confi
     records: list[list] = [[] for _ in range(n)]
     iteration = [0] * n
     rng = random.Random(seed)
-    running = list(range(min(n, workers or n)))
+    running = list(range(min(n, workers or n)))  # requests in their per-request stages
+    waiting: list[int] = []  # requests waiting for an epoch
     queue_head = len(running)
 
-    def step(req_id: int) -> bool:
-        """One iteration of a request; False when it has ended."""
-        r, rnd, out = reqs[req_id], iteration[req_id], records[req_id]
-        if rnd >= config.max_rounds:
-            out.append(_bare_error(req_id, rnd, NO_STAGE, ERR_WATCHDOG, 0))
-            return False
-        if not all(_run_stage(module, stage, r, sh, p, rnd, out) for stage in per_request):
-            return False
-        failed: set[int] = set()  # under the lock: a collective stage has this one participant
-        _run_phase2(module, phase2, [req_id], reqs, sh, p, rnd, records, failed)
-        if failed:
-            return False
-        if _retire_check(module, r, sh, p, rnd, out) is not False:  # done, or failed
-            return False
-        iteration[req_id] += 1
-        return True
+    def next_request() -> None:
+        nonlocal queue_head
+        if queue_head < n:
+            running.append(queue_head)
+            queue_head += 1
 
-    while running:
-        slot = rng.randrange(len(running))
-        if not step(running[slot]):
-            if queue_head < n:
-                running[slot] = queue_head
-                queue_head += 1
-            else:
-                running.pop(slot)
+    def finish_iteration(req_id: int) -> None:
+        """`done when`; the request goes on or its worker takes the next one."""
+        r, rnd = reqs[req_id], iteration[req_id]
+        if _retire_check(module, r, sh, p, rnd, records[req_id]) is False:  # not done, not failed
+            iteration[req_id] += 1
+            running.append(req_id)
+        else:
+            next_request()
+
+    while running or waiting:
+        if waiting and (not running or rng.randrange(len(running) + 1) == 0):
+            epoch, waiting = sorted(waiting), []
+            failed: set[int] = set()
+            _run_phase2(module, phase2, epoch, reqs, sh, p, {i: iteration[i] for i in epoch}, records, failed)
+            for req_id in epoch:
+                if req_id in failed:
+                    next_request()
+                else:
+                    finish_iteration(req_id)
+            continue
+        req_id = running.pop(rng.randrange(len(running)))
+        r, rnd = reqs[req_id], iteration[req_id]
+        if rnd >= config.max_rounds:
+            records[req_id].append(_bare_error(req_id, rnd, NO_STAGE, ERR_WATCHDOG, 0))
+            next_request()
+        elif not all(_run_stage(module, stage, r, sh, p, rnd, records[req_id]) for stage in per_request):
+            next_request()
+        elif phase2:
+            waiting.append(req_id)
+        else:
+            finish_iteration(req_id)
 
     return _finish(module, records, reqs, sh, max(iteration, default=0), "sim-interleaved")
 

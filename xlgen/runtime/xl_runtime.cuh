@@ -636,6 +636,15 @@ struct XlSpan {
 };
 XL_HD XlSpan xl_span_block(int32_t n) { return XlSpan{0, n, n, nullptr}; }
 
+// The round a phase-2 record carries: the round's, or (fast mode's epochs, where each
+// request is at its own iteration) each slot's.
+struct XlRounds {
+    int32_t round;
+    const int32_t* of_slot;  // nullptr: `round` for every slot
+    XL_HD XlRounds(int32_t r, const int32_t* each = nullptr) : round(r), of_slot(each) {}
+    XL_HD int32_t operator[](int32_t slot) const { return of_slot ? of_slot[slot] : round; }
+};
+
 #if XL_ON_GPU
 // A barrier over every block of phase 2's grid, on its own arrival count (XlColl::grid[0]),
 // and the parts each block puts before one. `epoch` counts this block's barriers (the same in
@@ -814,9 +823,10 @@ enum { XL_SETTLE = 0, XL_CLEAR = 1 };
 __device__ __forceinline__ void xl_settle(const XlColl& c, uint32_t* words, uint32_t note, int32_t slot, int pass) {
     const uint32_t word = note & ~XL_NOTE_SUM;
     if (pass == XL_CLEAR) {
-        if (!(note & XL_NOTE_SUM)) {
-            c.tag[word] = 0u;
+        if (!(note & XL_NOTE_SUM)) {  // (a sum's value was taken in SETTLE; a claim's too: a later
+            c.tag[word] = 0u;         // stage's sum into the word starts from 0)
             c.aux[word] = 0u;
+            c.val[word] = 0u;
         }
     } else if (note & XL_NOTE_SUM) {
         const uint32_t total = atomicExch(&c.val[word], 0u);
@@ -857,18 +867,6 @@ __device__ bool xl_settle_all(const XlColl& c, void* shared_base, const XlSpan& 
     return true;
 }
 
-// The same for one request alone (fast mode, under the lock: one thread, no conflicts).
-__device__ void xl_settle_solo(const XlColl& c, void* shared_base, int32_t slot) {
-    uint32_t* words = (uint32_t*)shared_base;
-    for (int pass = XL_SETTLE; pass <= XL_CLEAR; ++pass) {
-        for (uint32_t j = 0; j < c.noted[slot]; ++j)
-            xl_settle(c, words, c.notes[(size_t)slot * XL_NOTE_CAP + j], slot, pass);
-        const uint32_t spilled = min(c.header[2], c.header[0]);
-        for (uint32_t j = 0; j < spilled; ++j) xl_settle(c, words, c.overflow[2 * j], slot, pass);
-    }
-    c.noted[slot] = 0u;
-    c.header[2] = 0u;
-}
 #else
 inline void xl_shadow_put(XlWriter& w, uint32_t word, uint32_t bits) {
     const XlColl& c = *w.c;
@@ -912,7 +910,6 @@ inline bool xl_settle_all(const XlColl& c, void* shared_base, const XlSpan&) {
     return true;
 }
 
-inline void xl_settle_solo(const XlColl& c, void* shared_base, int32_t) { xl_settle_all(c, shared_base, xl_span_block(1)); }
 #endif
 
 // Keys that order contributions as min_of/max_of/argmin/argmax do: integers by value,
@@ -1664,15 +1661,4 @@ XL_DEVICE bool xl_collective(const XlColl& c, int op, int word, const int32_t* a
     }
     XL_BLOCK_SYNC();
     return true;
-}
-
-// The same collective with one participant (fast mode: a request alone under the lock).
-XL_HD uint32_t xl_collective_solo(int op, uint32_t contrib, int32_t req_id) {
-    switch (op) {
-    case XL_SCAN: return 0u;
-    case XL_COUNT: return contrib != 0u ? 1u : 0u;
-    case XL_ARGMIN:
-    case XL_ARGMAX: return (uint32_t)req_id;
-    default: return contrib;
-    }
 }

@@ -11,7 +11,7 @@
 #pragma once
 
 enum { XL_TL_REQUEST = 1, XL_TL_STAGE = 2, XL_TL_BARRIER = 3, XL_TL_PHASE2 = 4, XL_TL_PHASE2_STAGE = 5,
-       XL_TL_RETIRE = 6, XL_TL_ADMIT = 7, XL_TL_LOCK = 8 };
+       XL_TL_RETIRE = 6, XL_TL_ADMIT = 7, XL_TL_LOCK = 8 /* fast mode: waiting for an epoch */ };
 constexpr int XL_TL_WORDS = 8;
 constexpr int XL_TL_HEADER_WORDS = 4;
 constexpr uint32_t XL_TL_NONE = 0xFFFFFFFFu;

@@ -24,7 +24,7 @@ KIND_NAMES = {REQUEST: "REQUEST", STAGE: "STAGE", BARRIER: "BARRIER", PHASE2: "P
               PHASE2_STAGE: "PHASE2_STAGE", RETIRE: "RETIRE", ADMIT: "ADMIT", LOCK: "LOCK"}
 # Each kind's name and category in the trace (a stage's name is the stage's own).
 _FIXED = {REQUEST: ("request", "request"), BARRIER: ("barrier wait", "barrier"), PHASE2: ("phase 2", "phase2"),
-          RETIRE: ("retire checks", "phase2"), ADMIT: ("admit", "phase2"), LOCK: ("lock wait", "barrier")}
+          RETIRE: ("retire checks", "phase2"), ADMIT: ("admit", "phase2"), LOCK: ("epoch wait", "barrier")}
 SCHEMA = "xlgen.timeline/1"
 
 
@@ -320,7 +320,7 @@ def read(path) -> dict:
 
 # Colours of the SM-by-time chart: fixed kinds; stages get tab20's colours in declaration order.
 _COLOURS = {"request": "#d9d9d9", "barrier wait": "#f2f2f2", "phase 2": "#bdbdbd", "retire checks": "#737373",
-            "admit": "#525252", "lock wait": "#fdd0a2"}
+            "admit": "#525252", "epoch wait": "#fdd0a2"}
 
 
 def plot(trace, path, title: str | None = None, window: tuple[float, float] | None = None) -> None:
