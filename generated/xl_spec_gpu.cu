@@ -565,8 +565,8 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
 // A worker's wait for block 0's answer (lane 0): XL_EPOCH_ALIVE or XL_EPOCH_FAILED; 0 on abort.
 // Its own backoff, to 1 us, not the grid barrier's (xl_spin_until, to 256 ns): up to ~1,000
 // warps wait at once, each acquire load invalidating its SM's L1. With the barrier's, fast
-// mode took 13.7 s at 1,000 requests (KV on) where this takes 0.23 s (two calls, two H100s;
-// deterministic mode 106 and 41 ms on them).
+// mode took 10.4 s at 1,000 requests (KV on) where this took 0.17-2.3 s, in one call on an
+// H100 (docs/bench/fast_epoch_backoff_issue25_h100.txt).
 __device__ unsigned int xl_epoch_wait(const unsigned int* state, XlControl* ctl, const volatile int32_t* host_flags) {
     unsigned int spins = 0, sleep_ns = 32, v;
     while ((v = xl_load_acquire(state)) == (unsigned)XL_EPOCH_WAITING) {
