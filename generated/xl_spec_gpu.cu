@@ -529,13 +529,14 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
         int32_t taken = 0;
         for (int32_t base = 0; base < words; base += nt) {
             const int32_t w = base + t;
-            unsigned int bits = w < words ? xl_load_acquire(&ep.waiting[w]) : 0u;
+            unsigned int bits = w < words ? xl_poll(&ep.waiting[w]) : 0u;
             if (bits != 0u) atomicAnd(&ep.waiting[w], ~bits);  // (other bits of the word may be set meanwhile)
             uint32_t chunk = 0u;
             int32_t k = taken + (int32_t)xl_block_inclusive_sum((uint32_t)__popc(bits), &chunk) - __popc(bits);
             for (; bits != 0u; bits &= bits - 1u, ++k) ep.ids[k] = w * 32 + __ffs(bits) - 1;
             taken += (int32_t)chunk;
         }
+        xl_poll_seen();   // (the requests' writes before the bits this thread saw)
         __syncthreads();  // (every thread's ids written, before any reads them)
         if (taken == 0) {
             if (everyone_left) return;
@@ -563,22 +564,25 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
 }
 
 // A worker's wait for block 0's answer (lane 0): XL_EPOCH_ALIVE or XL_EPOCH_FAILED; 0 on abort.
-// Its own backoff, to 1 us, not the grid barrier's (xl_spin_until, to 256 ns): up to ~1,000
-// warps wait at once, each acquire load invalidating its SM's L1. With the barrier's, fast
-// mode took 10.4 s at 1,000 requests (KV on) where this took 0.17-2.3 s, in one call on an
-// H100 (docs/bench/fast_epoch_backoff_issue25_h100.txt).
+// Its own backoff, to 1 us, not the grid barrier's (to 256 ns): up to ~1,000 warps wait at
+// once. Measured at 1,000 requests (KV on; docs/benchmarks.md): 0.18-0.22 s, and 1.4-1.8 s
+// with sleeps to 256 ns.
+#ifndef XL_EPOCH_MAX_SLEEP_NS
+#define XL_EPOCH_MAX_SLEEP_NS 1024u
+#endif
 __device__ unsigned int xl_epoch_wait(const unsigned int* state, XlControl* ctl, const volatile int32_t* host_flags) {
     unsigned int spins = 0, sleep_ns = 32, v;
-    while ((v = xl_load_acquire(state)) == (unsigned)XL_EPOCH_WAITING) {
+    while ((v = xl_poll(state)) == (unsigned)XL_EPOCH_WAITING) {
         if ((++spins & 255u) == 0u && (host_flags[0] != 0 || xl_aborted(ctl))) {
             ctl->aborted = 1;
             return 0u;
         }
         if (spins > 64u) {
             __nanosleep(sleep_ns);
-            if (sleep_ns < 1024u) sleep_ns <<= 1;
+            if (sleep_ns < XL_EPOCH_MAX_SLEEP_NS) sleep_ns <<= 1;
         }
     }
+    xl_poll_seen();  // (block 0's writes before its answer)
     return v;
 }
 

@@ -664,6 +664,25 @@ __device__ __forceinline__ unsigned int xl_load_acquire(const unsigned int* p) {
     return v;
 }
 
+// How a spin-wait polls a word another block releases: relaxed loads, then once the value
+// waited for is seen, a fence (PTX's acquire pattern: a strong read, then a fence). An acquire
+// load invalidates the SM's L1 at every poll, slowing the warps beside the poller, and up to
+// ~1,000 warps poll at once in fast mode (docs/benchmarks.md: 0.17-0.22 s against 0.2-6.4 s at
+// 1,000 requests). -DXL_POLL_ACQUIRE=1: an acquire load each poll (the A/B reference).
+#ifndef XL_POLL_ACQUIRE
+#define XL_POLL_ACQUIRE 0
+#endif
+__device__ __forceinline__ unsigned int xl_poll(const unsigned int* p) {
+    if (XL_POLL_ACQUIRE) return xl_load_acquire(p);
+    unsigned int v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+// After the poll that saw the value: its acquire.
+__device__ __forceinline__ void xl_poll_seen() {
+    if (!XL_POLL_ACQUIRE) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 #ifndef XL_BARRIER_MAX_SLEEP_NS
 #define XL_BARRIER_MAX_SLEEP_NS 256
 #endif
@@ -677,7 +696,7 @@ __device__ __forceinline__ unsigned int xl_load_acquire(const unsigned int* p) {
 __device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned int target, volatile int32_t* aborted,
                                               const volatile int32_t* host_flags) {
     unsigned int spins = 0, sleep_ns = 32;
-    while ((int)(xl_load_acquire(word) - target) < 0) {
+    while ((int)(xl_poll(word) - target) < 0) {
         if ((++spins & 255u) == 0u && (host_flags[0] != 0 || *aborted != 0)) {
             *aborted = 1;
             return false;
@@ -687,6 +706,7 @@ __device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned
             if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
         }
     }
+    xl_poll_seen();
     return true;
 }
 
