@@ -265,6 +265,45 @@ def test_a_word_claimed_in_one_stage_then_summed_in_the_next(backend, max_active
     assert int(result.shared["x"][0]) == 0x80000005 + min(5, max_active)
 
 
+CONFLICT_THEN_ARBITER_SRC = """pipeline clash
+shared {
+    cells: i32[1024]
+    turns: i32
+}
+request {
+    key: i32
+    took: i32
+    done_: bool
+}
+collective claim {
+    cells[key % 1024] = key
+}
+arbiter turn {
+    turns += 1
+    took = turns
+    done_ = true
+}
+trace turn: took
+done when done_
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_arbiter_after_a_collective_stage_skips_its_conflicted_requests(backend, monkeypatch):
+    """300 requests at once, phase 2 forced over the grid on the GPU (every block a chunk): the
+    requests whose claims conflict stop in the collective stage and take no arbiter turn; the
+    others take their turns in id order. (Block 0 once took the turns before the other blocks
+    had marked their failed requests: fuzz seed 303.)"""
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_GRID_PHASE2_MIN=0")
+    inputs = [{"key": i if i % 3 else 1000} for i in range(300)]  # every third request: key 1000, one cell
+    _, result = run_on(backend, CONFLICT_THEN_ARBITER_SRC, inputs, max_active=300)
+    recs = result.records
+    failed = sorted(recs[recs[:, 2] == KIND_ERROR][:, 0].tolist())
+    assert failed == list(range(0, 300, 3))
+    took = [int(result.requests["took"][i]) for i in range(300) if i not in set(failed)]
+    assert took == list(range(1, len(took) + 1))
+
+
 def test_fast_mode_epochs_take_the_waiting_requests_together():
     """Fast mode (run_interleaved): a collective stage's participants are the requests of one
     epoch, those waiting at that moment. With one worker each epoch has one request; with three,
