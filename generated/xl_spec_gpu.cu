@@ -8,8 +8,8 @@
 // barrier each; phase 1 runs the per-request stages, one warp per request; then,
 // inside the barrier, block 0 runs the arbiters (one thread, in request-id
 // order), retires and admits. Traces equal the simulator's bit for bit.
-// Fast mode (xl_run_fast): no rounds; each warp runs its request to the end,
-// taking a global lock for arbiter stages. Only results are schedule-independent.
+// Fast mode (xl_run_fast): no rounds; each warp runs its request to the end, and
+// block 0 runs phase 2 in epochs. Only results are schedule-independent.
 //
 // Every spin-wait polls an abort flag in host-mapped memory, so the host can
 // always stop the kernel; `where` records what each warp was doing for the
