@@ -481,7 +481,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
 // iteration. When phase 2 may run for it, it posts the request (its bit in `waiting`) and
 // waits; block 0 serves phase 2 in epochs: each takes every request waiting at that moment, in
 // id order, and runs phase 2 for them together as a round's (docs/semantics.md §15).
-enum { XL_EPOCH_WAITING = 1, XL_EPOCH_ALIVE = 2, XL_EPOCH_FAILED = 3 };
+enum { XL_EPOCH_WAITING = 1, XL_EPOCH_ALIVE = 2, XL_EPOCH_FAILED = 3 };  // an answer is >= ALIVE
 struct XlEpochs {
     int32_t* ids;           // [slots] this epoch's requests, ids ascending
     int32_t* rounds;        // [slots] their iterations (their records' rounds)
@@ -563,28 +563,12 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
     }
 }
 
-// A worker's wait for block 0's answer (lane 0): XL_EPOCH_ALIVE or XL_EPOCH_FAILED; 0 on abort.
-// Its own backoff, to 1 us, not the grid barrier's (to 256 ns): up to ~1,000 warps wait at
-// once. Measured at 1,000 requests (KV on; docs/benchmarks.md): 0.18-0.22 s, and 1.4-1.8 s
-// with sleeps to 256 ns.
+// A worker's wait for block 0's answer sleeps up to 1 us between polls, not the grid
+// barrier's 256 ns: up to ~1,000 warps wait at once. Measured at 1,000 requests (KV on;
+// docs/benchmarks.md): 0.18-0.22 s, and 1.4-1.8 s with sleeps to 256 ns.
 #ifndef XL_EPOCH_MAX_SLEEP_NS
 #define XL_EPOCH_MAX_SLEEP_NS 1024u
 #endif
-__device__ unsigned int xl_epoch_wait(const unsigned int* state, XlControl* ctl, const volatile int32_t* host_flags) {
-    unsigned int spins = 0, sleep_ns = 32, v;
-    while ((v = xl_poll(state)) == (unsigned)XL_EPOCH_WAITING) {
-        if ((++spins & 255u) == 0u && (host_flags[0] != 0 || xl_aborted(ctl))) {
-            ctl->aborted = 1;
-            return 0u;
-        }
-        if (spins > 64u) {
-            __nanosleep(sleep_ns);
-            if (sleep_ns < XL_EPOCH_MAX_SLEEP_NS) sleep_ns <<= 1;
-        }
-    }
-    xl_poll_seen();  // (block 0's writes before its answer)
-    return v;
-}
 
 extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
@@ -642,7 +626,8 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
                     ep.state[id] = XL_EPOCH_WAITING;
                     __threadfence();
                     atomicOr(&ep.waiting[id >> 5], 1u << (id & 31));
-                    answer = xl_epoch_wait(&ep.state[id], ctl, host_flags);
+                    if (xl_spin_until(&ep.state[id], XL_EPOCH_ALIVE, &ctl->aborted, host_flags, XL_EPOCH_MAX_SLEEP_NS))
+                        answer = ep.state[id];  // ALIVE or FAILED (after the poll's fence)
                 }
                 answer = __shfl_sync(0xFFFFFFFFu, answer, 0);
                 if (answer == 0u) return;  // aborted

@@ -692,9 +692,11 @@ __device__ __forceinline__ void xl_poll_seen() {
 // Wait until `*word - target` is no longer negative (wrap-safe), polling the abort flags (the
 // host's, and *aborted, which a waiter that sees either sets: false). Short waits (the common
 // round) poll back to back; a long one backs off, so a hundred pollers do not flood the L2
-// slice that holds `word` (polling every 32 ns made block 0's serial arbiter turns 3x slower).
+// slice that holds `word` (polling every 32 ns made block 0's serial arbiter turns 3x slower),
+// sleeping up to `max_sleep_ns` between polls.
 __device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned int target, volatile int32_t* aborted,
-                                              const volatile int32_t* host_flags) {
+                                              const volatile int32_t* host_flags,
+                                              unsigned int max_sleep_ns = XL_BARRIER_MAX_SLEEP_NS) {
     unsigned int spins = 0, sleep_ns = 32;
     while ((int)(xl_poll(word) - target) < 0) {
         if ((++spins & 255u) == 0u && (host_flags[0] != 0 || *aborted != 0)) {
@@ -703,7 +705,7 @@ __device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned
         }
         if (spins > XL_BARRIER_SPIN) {
             __nanosleep(sleep_ns);
-            if (sleep_ns < XL_BARRIER_MAX_SLEEP_NS) sleep_ns <<= 1;
+            if (sleep_ns < max_sleep_ns) sleep_ns <<= 1;
         }
     }
     xl_poll_seen();
