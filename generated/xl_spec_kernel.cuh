@@ -849,15 +849,17 @@ struct Frame_kv_manage {
 };
 static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
-// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
-// (`xl_in`); segment k < 7 ends with collective k's contribution (`xl_out`).
+// Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with group k's
+// contributions (`xl_out`, alike).
+// Groups: (before) (taken, served, stalled_holder, first) (push_at, pushed).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
-XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
-                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t* xl_out, int32_t xl_stride,
+                                   Request& __restrict__ r, const Shared& __restrict__ sh, const Params& p, int32_t req_id,
                                    Frame_kv_manage& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
+    (void)xl_in; (void)xl_out; (void)xl_stride; (void)xl_frame; (void)xw;
     switch (xl_seg) {
     case 0: {
         [[maybe_unused]] int32_t now = xl_add(sh.kv_tick, 1);
@@ -954,7 +956,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         {
             const int32_t xl_v = need;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
@@ -993,7 +995,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
         [[maybe_unused]] int32_t d_used = xl_frame.d_used;
         [[maybe_unused]] int32_t supply = xl_frame.supply;
-        [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t before = xl_from_bits<int32_t>(xl_in[0]);
         [[maybe_unused]] bool ok = ((!graft_wait) && (xl_eq(need, 0) || (xl_add(before, need) <= supply)));
         if ((((!ok) && (need > 0)) && (before <= supply)) && xl_ne(r.state, ReqState::PREFILL_READY)) {
             {
@@ -1015,7 +1017,22 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         {
             const int32_t xl_v = (ok ? need : 0);
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
+        }
+        {
+            const bool xl_v = ok;
+            if (xl_failed(err)) return err;
+            xl_out[1 * xl_stride] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = (((!ok) && (r.kv_held > 0)) ? req_id : 2147483647);
+            if (xl_failed(err)) return err;
+            xl_out[2 * xl_stride] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = req_id;
+            if (xl_failed(err)) return err;
+            xl_out[3 * xl_stride] = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
@@ -1058,11 +1075,33 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t supply = xl_frame.supply;
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
-        [[maybe_unused]] int32_t taken = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t taken = xl_from_bits<int32_t>(xl_in[0]);
+        [[maybe_unused]] int32_t served = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
+        [[maybe_unused]] int32_t stalled_holder = xl_from_bits<int32_t>(xl_in[2 * xl_stride]);
+        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in[3 * xl_stride]);
+        [[maybe_unused]] int32_t keep = tp;
+        if (!ok) {
+            keep = (xl_eq(r.state, ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
+            r.kv_waits = xl_add(r.kv_waits, 1);
+            if ((xl_eq(served, 0) && (sh.kv_last_progress < xl_sub(now, 1))) && xl_eq(stalled_holder, req_id)) {
+                keep = 0;
+                {
+                    const int32_t xl_v = 1;
+                    if (xl_failed(err)) return err;
+                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
+                }
+                r.kv_misses = xl_add(r.kv_misses, 1);
+            }
+        }
         {
-            const bool xl_v = ok;
+            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
+            if (xl_failed(err)) return err;
+            xl_out[1 * xl_stride] = xl_word_bits(xl_v);
         }
         xl_frame.now = now;
         xl_frame.pt = pt;
@@ -1084,6 +1123,10 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         xl_frame.before = before;
         xl_frame.ok = ok;
         xl_frame.taken = taken;
+        xl_frame.served = served;
+        xl_frame.stalled_holder = stalled_holder;
+        xl_frame.first = first;
+        xl_frame.keep = keep;
         break;
     }
     case 3: {
@@ -1107,241 +1150,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out
         [[maybe_unused]] int32_t before = xl_frame.before;
         [[maybe_unused]] bool ok = xl_frame.ok;
         [[maybe_unused]] int32_t taken = xl_frame.taken;
-        [[maybe_unused]] int32_t served = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = (((!ok) && (r.kv_held > 0)) ? req_id : 2147483647);
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.now = now;
-        xl_frame.pt = pt;
-        xl_frame.pool_size = pool_size;
-        xl_frame.cp = cp;
-        xl_frame.tp = tp;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.graft_wait = graft_wait;
-        xl_frame.grafted = grafted;
-        xl_frame.missing_committed = missing_committed;
-        xl_frame.need = need;
-        xl_frame.drafts = drafts;
-        xl_frame.drafts_above_tp = drafts_above_tp;
-        xl_frame.d_live = d_live;
-        xl_frame.d_draft = d_draft;
-        xl_frame.d_committed = d_committed;
-        xl_frame.d_used = d_used;
-        xl_frame.supply = supply;
-        xl_frame.before = before;
-        xl_frame.ok = ok;
-        xl_frame.taken = taken;
-        xl_frame.served = served;
-        break;
-    }
-    case 4: {
-        [[maybe_unused]] int32_t now = xl_frame.now;
-        [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] int32_t cp = xl_frame.cp;
-        [[maybe_unused]] int32_t tp = xl_frame.tp;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool grafted = xl_frame.grafted;
-        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
-        [[maybe_unused]] int32_t need = xl_frame.need;
-        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
-        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
-        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
-        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
-        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
-        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t supply = xl_frame.supply;
-        [[maybe_unused]] int32_t before = xl_frame.before;
-        [[maybe_unused]] bool ok = xl_frame.ok;
-        [[maybe_unused]] int32_t taken = xl_frame.taken;
-        [[maybe_unused]] int32_t served = xl_frame.served;
-        [[maybe_unused]] int32_t stalled_holder = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = req_id;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.now = now;
-        xl_frame.pt = pt;
-        xl_frame.pool_size = pool_size;
-        xl_frame.cp = cp;
-        xl_frame.tp = tp;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.graft_wait = graft_wait;
-        xl_frame.grafted = grafted;
-        xl_frame.missing_committed = missing_committed;
-        xl_frame.need = need;
-        xl_frame.drafts = drafts;
-        xl_frame.drafts_above_tp = drafts_above_tp;
-        xl_frame.d_live = d_live;
-        xl_frame.d_draft = d_draft;
-        xl_frame.d_committed = d_committed;
-        xl_frame.d_used = d_used;
-        xl_frame.supply = supply;
-        xl_frame.before = before;
-        xl_frame.ok = ok;
-        xl_frame.taken = taken;
-        xl_frame.served = served;
-        xl_frame.stalled_holder = stalled_holder;
-        break;
-    }
-    case 5: {
-        [[maybe_unused]] int32_t now = xl_frame.now;
-        [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] int32_t cp = xl_frame.cp;
-        [[maybe_unused]] int32_t tp = xl_frame.tp;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool grafted = xl_frame.grafted;
-        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
-        [[maybe_unused]] int32_t need = xl_frame.need;
-        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
-        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
-        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
-        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
-        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
-        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t supply = xl_frame.supply;
-        [[maybe_unused]] int32_t before = xl_frame.before;
-        [[maybe_unused]] bool ok = xl_frame.ok;
-        [[maybe_unused]] int32_t taken = xl_frame.taken;
-        [[maybe_unused]] int32_t served = xl_frame.served;
-        [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
-        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
-        [[maybe_unused]] int32_t keep = tp;
-        if (!ok) {
-            keep = (xl_eq(r.state, ReqState::PREFILL_READY) ? r.kv_borrowed : xl_max(cp, r.kv_borrowed));
-            r.kv_waits = xl_add(r.kv_waits, 1);
-            if ((xl_eq(served, 0) && (sh.kv_last_progress < xl_sub(now, 1))) && xl_eq(stalled_holder, req_id)) {
-                keep = 0;
-                {
-                    const int32_t xl_v = 1;
-                    if (xl_failed(err)) return err;
-                    xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_yields), xl_word_bits(xl_v));
-                }
-                r.kv_misses = xl_add(r.kv_misses, 1);
-            }
-        }
-        {
-            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.now = now;
-        xl_frame.pt = pt;
-        xl_frame.pool_size = pool_size;
-        xl_frame.cp = cp;
-        xl_frame.tp = tp;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.graft_wait = graft_wait;
-        xl_frame.grafted = grafted;
-        xl_frame.missing_committed = missing_committed;
-        xl_frame.need = need;
-        xl_frame.drafts = drafts;
-        xl_frame.drafts_above_tp = drafts_above_tp;
-        xl_frame.d_live = d_live;
-        xl_frame.d_draft = d_draft;
-        xl_frame.d_committed = d_committed;
-        xl_frame.d_used = d_used;
-        xl_frame.supply = supply;
-        xl_frame.before = before;
-        xl_frame.ok = ok;
-        xl_frame.taken = taken;
-        xl_frame.served = served;
-        xl_frame.stalled_holder = stalled_holder;
-        xl_frame.first = first;
-        xl_frame.keep = keep;
-        break;
-    }
-    case 6: {
-        [[maybe_unused]] int32_t now = xl_frame.now;
-        [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] int32_t cp = xl_frame.cp;
-        [[maybe_unused]] int32_t tp = xl_frame.tp;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool grafted = xl_frame.grafted;
-        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
-        [[maybe_unused]] int32_t need = xl_frame.need;
-        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
-        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
-        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
-        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
-        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
-        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t supply = xl_frame.supply;
-        [[maybe_unused]] int32_t before = xl_frame.before;
-        [[maybe_unused]] bool ok = xl_frame.ok;
-        [[maybe_unused]] int32_t taken = xl_frame.taken;
         [[maybe_unused]] int32_t served = xl_frame.served;
         [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
         [[maybe_unused]] int32_t first = xl_frame.first;
         [[maybe_unused]] int32_t keep = xl_frame.keep;
-        [[maybe_unused]] int32_t push_at = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = (ok ? drafts_above_tp : drafts);
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.now = now;
-        xl_frame.pt = pt;
-        xl_frame.pool_size = pool_size;
-        xl_frame.cp = cp;
-        xl_frame.tp = tp;
-        xl_frame.committed_tok = committed_tok;
-        xl_frame.graft_wait = graft_wait;
-        xl_frame.grafted = grafted;
-        xl_frame.missing_committed = missing_committed;
-        xl_frame.need = need;
-        xl_frame.drafts = drafts;
-        xl_frame.drafts_above_tp = drafts_above_tp;
-        xl_frame.d_live = d_live;
-        xl_frame.d_draft = d_draft;
-        xl_frame.d_committed = d_committed;
-        xl_frame.d_used = d_used;
-        xl_frame.supply = supply;
-        xl_frame.before = before;
-        xl_frame.ok = ok;
-        xl_frame.taken = taken;
-        xl_frame.served = served;
-        xl_frame.stalled_holder = stalled_holder;
-        xl_frame.first = first;
-        xl_frame.keep = keep;
-        xl_frame.push_at = push_at;
-        break;
-    }
-    case 7: {
-        [[maybe_unused]] int32_t now = xl_frame.now;
-        [[maybe_unused]] int32_t pt = xl_frame.pt;
-        [[maybe_unused]] int32_t pool_size = xl_frame.pool_size;
-        [[maybe_unused]] int32_t cp = xl_frame.cp;
-        [[maybe_unused]] int32_t tp = xl_frame.tp;
-        [[maybe_unused]] int32_t committed_tok = xl_frame.committed_tok;
-        [[maybe_unused]] bool graft_wait = xl_frame.graft_wait;
-        [[maybe_unused]] bool grafted = xl_frame.grafted;
-        [[maybe_unused]] int32_t missing_committed = xl_frame.missing_committed;
-        [[maybe_unused]] int32_t need = xl_frame.need;
-        [[maybe_unused]] int32_t drafts = xl_frame.drafts;
-        [[maybe_unused]] int32_t drafts_above_tp = xl_frame.drafts_above_tp;
-        [[maybe_unused]] int32_t d_live = xl_frame.d_live;
-        [[maybe_unused]] int32_t d_draft = xl_frame.d_draft;
-        [[maybe_unused]] int32_t d_committed = xl_frame.d_committed;
-        [[maybe_unused]] int32_t d_used = xl_frame.d_used;
-        [[maybe_unused]] int32_t supply = xl_frame.supply;
-        [[maybe_unused]] int32_t before = xl_frame.before;
-        [[maybe_unused]] bool ok = xl_frame.ok;
-        [[maybe_unused]] int32_t taken = xl_frame.taken;
-        [[maybe_unused]] int32_t served = xl_frame.served;
-        [[maybe_unused]] int32_t stalled_holder = xl_frame.stalled_holder;
-        [[maybe_unused]] int32_t first = xl_frame.first;
-        [[maybe_unused]] int32_t keep = xl_frame.keep;
-        [[maybe_unused]] int32_t push_at = xl_frame.push_at;
-        [[maybe_unused]] int32_t pushed = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t push_at = xl_from_bits<int32_t>(xl_in[0]);
+        [[maybe_unused]] int32_t pushed = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
         [[maybe_unused]] int32_t popped = xl_min(taken, sh.kv_free_top);
         [[maybe_unused]] int32_t slot = xl_add(xl_sub(sh.kv_free_top, popped), push_at);
         [[maybe_unused]] int32_t t = before;
@@ -1617,37 +1431,34 @@ struct Frame_kv_collect {
 };
 static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
-// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
-// (`xl_in`); segment k < 4 ends with collective k's contribution (`xl_out`).
+// Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 2 ends with group k's
+// contributions (`xl_out`, alike).
+// Groups: (me, sweepers) (at, total).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
-XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
-                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t* xl_out, int32_t xl_stride,
+                                   Request& __restrict__ r, const Shared& __restrict__ sh, const Params& p, int32_t req_id,
                                    Frame_kv_collect& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
+    (void)xl_in; (void)xl_out; (void)xl_stride; (void)xl_frame; (void)xw;
     switch (xl_seg) {
     case 0: {
         {
             const int32_t xl_v = 1;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = 1;
+            if (xl_failed(err)) return err;
+            xl_out[1 * xl_stride] = xl_word_bits(xl_v);
         }
         break;
     }
     case 1: {
-        [[maybe_unused]] int32_t me = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = 1;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.me = me;
-        break;
-    }
-    case 2: {
-        [[maybe_unused]] int32_t me = xl_frame.me;
-        [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t me = xl_from_bits<int32_t>(xl_in[0]);
+        [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
         [[maybe_unused]] int32_t words = xl_div_nz(xl_add(sh.kv_fresh, 31), 32);
         [[maybe_unused]] int32_t share = xl_div(err, 1, 363, xl_sub(xl_add(words, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
@@ -1673,43 +1484,28 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_ou
         {
             const int32_t xl_v = dead;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
         }
-        xl_frame.me = me;
-        xl_frame.sweepers = sweepers;
-        xl_frame.words = words;
-        xl_frame.share = share;
-        xl_frame.dead = dead;
-        break;
-    }
-    case 3: {
-        [[maybe_unused]] int32_t me = xl_frame.me;
-        [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
-        [[maybe_unused]] int32_t words = xl_frame.words;
-        [[maybe_unused]] int32_t share = xl_frame.share;
-        [[maybe_unused]] int32_t dead = xl_frame.dead;
-        [[maybe_unused]] int32_t at = xl_from_bits<int32_t>(xl_in);
         {
             const int32_t xl_v = dead;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[1 * xl_stride] = xl_word_bits(xl_v);
         }
         xl_frame.me = me;
         xl_frame.sweepers = sweepers;
         xl_frame.words = words;
         xl_frame.share = share;
         xl_frame.dead = dead;
-        xl_frame.at = at;
         break;
     }
-    case 4: {
+    case 2: {
         [[maybe_unused]] int32_t me = xl_frame.me;
         [[maybe_unused]] int32_t sweepers = xl_frame.sweepers;
         [[maybe_unused]] int32_t words = xl_frame.words;
         [[maybe_unused]] int32_t share = xl_frame.share;
         [[maybe_unused]] int32_t dead = xl_frame.dead;
-        [[maybe_unused]] int32_t at = xl_frame.at;
-        [[maybe_unused]] int32_t total = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t at = xl_from_bits<int32_t>(xl_in[0]);
+        [[maybe_unused]] int32_t total = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
         [[maybe_unused]] int32_t slot = xl_add(sh.kv_free_top, at);
         [[maybe_unused]] int32_t used = 0;
         for (int32_t q = 0; q < 512; ++q) {
@@ -1835,15 +1631,17 @@ struct Frame_kv_evict {
 };
 static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
-// Segment `xl_seg` of the body: segment k > 0 starts with collective k - 1's result
-// (`xl_in`); segment k < 5 ends with collective k's contribution (`xl_out`).
+// Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with group k's
+// contributions (`xl_out`, alike).
+// Groups: (top_prio) (top_ema) (victim, found, first).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
-XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out, Request& __restrict__ r,
-                                   const Shared& __restrict__ sh, const Params& p, int32_t req_id,
+XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, const uint32_t* xl_in, uint32_t* xl_out, int32_t xl_stride,
+                                   Request& __restrict__ r, const Shared& __restrict__ sh, const Params& p, int32_t req_id,
                                    Frame_kv_evict& __restrict__ xl_frame, XlWriter& xw) {
     XlErr err = {0, 0, 0};
-    (void)xl_in; (void)xl_out; (void)xl_frame; (void)xw;
+    (void)xl_in; (void)xl_out; (void)xl_stride; (void)xl_frame; (void)xw;
     switch (xl_seg) {
     case 0: {
         [[maybe_unused]] int32_t eligible = 0;
@@ -1864,7 +1662,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         {
             const int32_t xl_v = prio_key;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
         xl_frame.prio_key = prio_key;
@@ -1873,12 +1671,12 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
     case 1: {
         [[maybe_unused]] int32_t eligible = xl_frame.eligible;
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
-        [[maybe_unused]] int32_t top_prio = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t top_prio = xl_from_bits<int32_t>(xl_in[0]);
         [[maybe_unused]] float ema_key = ((xl_eq(eligible, 0) || xl_ne(prio_key, top_prio)) ? 2.0f : (xl_eq(p.eviction_policy, 1) ? r.ema_acceptance_rate : 0.0f));
         {
             const float xl_v = ema_key;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
         xl_frame.prio_key = prio_key;
@@ -1891,12 +1689,22 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
         [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
-        [[maybe_unused]] float top_ema = xl_from_bits<float>(xl_in);
+        [[maybe_unused]] float top_ema = xl_from_bits<float>(xl_in[0]);
         [[maybe_unused]] int32_t use_key = (((ema_key == top_ema) && (ema_key < 2.0f)) ? r.kv_last_served : 2147483647);
         {
             const int32_t xl_v = use_key;
             if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
+            xl_out[0] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = use_key;
+            if (xl_failed(err)) return err;
+            xl_out[1 * xl_stride] = xl_word_bits(xl_v);
+        }
+        {
+            const int32_t xl_v = req_id;
+            if (xl_failed(err)) return err;
+            xl_out[2 * xl_stride] = xl_word_bits(xl_v);
         }
         xl_frame.eligible = eligible;
         xl_frame.prio_key = prio_key;
@@ -1913,55 +1721,9 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, uint32_t xl_in, uint32_t& xl_out,
         [[maybe_unused]] float ema_key = xl_frame.ema_key;
         [[maybe_unused]] float top_ema = xl_frame.top_ema;
         [[maybe_unused]] int32_t use_key = xl_frame.use_key;
-        [[maybe_unused]] int32_t victim = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = use_key;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.eligible = eligible;
-        xl_frame.prio_key = prio_key;
-        xl_frame.top_prio = top_prio;
-        xl_frame.ema_key = ema_key;
-        xl_frame.top_ema = top_ema;
-        xl_frame.use_key = use_key;
-        xl_frame.victim = victim;
-        break;
-    }
-    case 4: {
-        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
-        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
-        [[maybe_unused]] float ema_key = xl_frame.ema_key;
-        [[maybe_unused]] float top_ema = xl_frame.top_ema;
-        [[maybe_unused]] int32_t use_key = xl_frame.use_key;
-        [[maybe_unused]] int32_t victim = xl_frame.victim;
-        [[maybe_unused]] int32_t found = xl_from_bits<int32_t>(xl_in);
-        {
-            const int32_t xl_v = req_id;
-            if (xl_failed(err)) return err;
-            xl_out = xl_word_bits(xl_v);
-        }
-        xl_frame.eligible = eligible;
-        xl_frame.prio_key = prio_key;
-        xl_frame.top_prio = top_prio;
-        xl_frame.ema_key = ema_key;
-        xl_frame.top_ema = top_ema;
-        xl_frame.use_key = use_key;
-        xl_frame.victim = victim;
-        xl_frame.found = found;
-        break;
-    }
-    case 5: {
-        [[maybe_unused]] int32_t eligible = xl_frame.eligible;
-        [[maybe_unused]] int32_t prio_key = xl_frame.prio_key;
-        [[maybe_unused]] int32_t top_prio = xl_frame.top_prio;
-        [[maybe_unused]] float ema_key = xl_frame.ema_key;
-        [[maybe_unused]] float top_ema = xl_frame.top_ema;
-        [[maybe_unused]] int32_t use_key = xl_frame.use_key;
-        [[maybe_unused]] int32_t victim = xl_frame.victim;
-        [[maybe_unused]] int32_t found = xl_frame.found;
-        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in);
+        [[maybe_unused]] int32_t victim = xl_from_bits<int32_t>(xl_in[0]);
+        [[maybe_unused]] int32_t found = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
+        [[maybe_unused]] int32_t first = xl_from_bits<int32_t>(xl_in[2 * xl_stride]);
         if (xl_eq(first, req_id)) {
             {
                 const int32_t xl_v = 0;
@@ -2198,19 +1960,24 @@ struct Stage_kv_manage {
         return guard_kv_manage(err, r, sh, p, id);
     }
     using Frame = Frame_kv_manage;
-    static constexpr int32_t line = 124, collectives = 7;
-    // Collective k's operation and its contribution's word kind.
-    XL_HD static int op(int k) {
-        const int ops[7] = {XL_SCAN, XL_SUM, XL_COUNT, XL_MIN_OF, XL_ARGMIN, XL_SCAN, XL_SUM};
-        return ops[k];
+    static constexpr int32_t line = 124, groups = 3;
+    // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
+    // at bit 4k) their operations and their contributions' word kinds.
+    XL_HD static int width(int g) {
+        const int widths[] = {1, 4, 2};
+        return widths[g];
     }
-    XL_HD static int word(int k) {
-        const int words[7] = {XL_WORD_I, XL_WORD_I, XL_WORD_U, XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-        return words[k];
+    XL_HD static uint32_t ops(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_SCAN << 0, (uint32_t)XL_SUM << 0 | (uint32_t)XL_COUNT << 4 | (uint32_t)XL_MIN_OF << 8 | (uint32_t)XL_ARGMIN << 12, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4};
+        return packed[g];
     }
-    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
-        return stage_kv_manage(seg, in, out, r, sh, p, id, f, xw);
+    XL_HD static uint32_t words(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_U << 4 | (uint32_t)XL_WORD_I << 8 | (uint32_t)XL_WORD_I << 12, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4};
+        return packed[g];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
+                                   const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_manage(seg, in, out, stride, r, sh, p, id, f, xw);
     }
     XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
         uint32_t w[XL_RECORD_WORDS];
@@ -2226,19 +1993,24 @@ struct Stage_kv_collect {
         return guard_kv_collect(err, r, sh, p, id);
     }
     using Frame = Frame_kv_collect;
-    static constexpr int32_t line = 359, collectives = 4;
-    // Collective k's operation and its contribution's word kind.
-    XL_HD static int op(int k) {
-        const int ops[4] = {XL_SCAN, XL_SUM, XL_SCAN, XL_SUM};
-        return ops[k];
+    static constexpr int32_t line = 359, groups = 2;
+    // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
+    // at bit 4k) their operations and their contributions' word kinds.
+    XL_HD static int width(int g) {
+        const int widths[] = {2, 2};
+        return widths[g];
     }
-    XL_HD static int word(int k) {
-        const int words[4] = {XL_WORD_I, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-        return words[k];
+    XL_HD static uint32_t ops(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4};
+        return packed[g];
     }
-    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
-        return stage_kv_collect(seg, in, out, r, sh, p, id, f, xw);
+    XL_HD static uint32_t words(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4};
+        return packed[g];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
+                                   const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_collect(seg, in, out, stride, r, sh, p, id, f, xw);
     }
     XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
         (void)sink; (void)r; (void)id; (void)round;  // not traced
@@ -2252,19 +2024,24 @@ struct Stage_kv_evict {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 431, collectives = 5;
-    // Collective k's operation and its contribution's word kind.
-    XL_HD static int op(int k) {
-        const int ops[5] = {XL_MIN_OF, XL_MIN_OF, XL_ARGMIN, XL_MIN_OF, XL_ARGMIN};
-        return ops[k];
+    static constexpr int32_t line = 431, groups = 3;
+    // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
+    // at bit 4k) their operations and their contributions' word kinds.
+    XL_HD static int width(int g) {
+        const int widths[] = {1, 1, 3};
+        return widths[g];
     }
-    XL_HD static int word(int k) {
-        const int words[5] = {XL_WORD_I, XL_WORD_F, XL_WORD_I, XL_WORD_I, XL_WORD_I};
-        return words[k];
+    XL_HD static uint32_t ops(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_MIN_OF << 0, (uint32_t)XL_MIN_OF << 0, (uint32_t)XL_ARGMIN << 0 | (uint32_t)XL_MIN_OF << 4 | (uint32_t)XL_ARGMIN << 8};
+        return packed[g];
     }
-    XL_DEVICE static XlErr segment(int32_t seg, uint32_t in, uint32_t& out, Request& r, const Shared& sh,
-                                   const Params& p, int32_t id, Frame& f, XlWriter& xw) {
-        return stage_kv_evict(seg, in, out, r, sh, p, id, f, xw);
+    XL_HD static uint32_t words(int g) {
+        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_F << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4 | (uint32_t)XL_WORD_I << 8};
+        return packed[g];
+    }
+    XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
+                                   const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
+        return stage_kv_evict(seg, in, out, stride, r, sh, p, id, f, xw);
     }
     XL_DEVICE static void trace(XlSink sink, const Request& r, int32_t id, int32_t round) {
         (void)sink; (void)r; (void)id; (void)round;  // not traced
@@ -2328,7 +2105,7 @@ constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
 XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
     if (XL_NUM_COLLECTIVE_STAGES == 0) return 4u;
-    return 4ull + 3ull * XL_SHARED_WORDS + (5ull + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow +
+    return 4ull + 3ull * XL_SHARED_WORDS + (3ull + 2ull * XL_COLL_WIDTH + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow +
            XL_GRID_WORDS;
 }
 // Words of fast mode's epochs after that buffer (gpu.cu's XlEpochs; gpu.py: epoch_words): per
@@ -2403,30 +2180,32 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
             }
         }
         xc.part[i] = part;
-        xc.result[i] = 0u;
         any |= part;
     }
     if (!xl_span_any(sp, any)) return xl_span_ok(sp);  // nobody takes part (and the span has synced)
-    XL_PROF_MARK(S::stage * 32);  // marks: guards, then per segment: its code, its collective
-    for (int32_t seg = 0; seg <= S::collectives; ++seg) {
+    XL_PROF_MARK(S::stage * 32);  // marks: guards, then per segment: its code, its group of collectives
+    for (int32_t seg = 0; seg <= S::groups; ++seg) {
+        const int32_t n_out = seg < S::groups ? S::width(seg) : 0;
         for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = xl_spread_slot(base, t, nt);
             if (i >= sp.hi || !xc.part[i]) continue;
             const int32_t id = active[i];
-            uint32_t out = 0u;
             XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = S::segment(seg, xc.result[i], out, reqs[id], *sh, p, id, frame_of<S>(xc, i), xw);
+            const XlErr err = S::segment(seg, xc.result + i, xc.contrib + i, xc.slots, reqs[id], *sh, p, id,
+                                         frame_of<S>(xc, i), xw);
             xc.noted[i] = xw.n;
             if (err.code) {
                 xl_emit_error(sink, id, round[i], S::stage, err);
                 keep[i] = 0;
                 xc.part[i] = 0;
             }
-            xc.contrib[i] = out;
         }
-        if (!xl_span_sync(sp)) return false;
+        // A group's pass starts from each block's own slots (its exchange over the grid is the
+        // grid's barrier); the shadow's writes are settled once every block is done.
+        if (n_out > 0) XL_BLOCK_SYNC();
+        else if (!xl_span_sync(sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 1 + 2 * seg);
-        if (seg < S::collectives && !xl_collective(xc, S::op(seg), S::word(seg), active, sp)) return false;
+        if (n_out > 0 && !xl_collectives(xc, n_out, S::ops(seg), S::words(seg), active, sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
     }
     if (!xl_settle_all(xc, sh, sp)) return false;

@@ -48,7 +48,7 @@ def phase_marks(rounds: int) -> str:
     for mark in np.nonzero(counts)[0]:
         stage, part = divmod(int(mark), 32)
         what = {0: "guards/turns", 30: "settle", 31: "traces"}.get(part) or (
-            f"segment {(part - 1) // 2}" if part % 2 else f"collective {(part - 2) // 2}")
+            f"segment {(part - 1) // 2}" if part % 2 else f"collectives {(part - 2) // 2}")  # a group (ir.collective_groups)
         out.append(f"    {names.get(stage, stage)}.{what}: {counts[mark] / max(rounds, 1):,.0f} cycles/round")
     return "\n".join(out)
 

@@ -14,6 +14,7 @@ import pytest
 
 from test_semantics_backends import run_on as run_in_both
 from xlgen.backends.build import load_text
+from xlgen.core import ir
 from xlgen.tools.check.diff import compare_results
 from xlgen.tools.check.fuzzgen import backends
 from xlgen.runtime import sim
@@ -230,6 +231,55 @@ def test_a_failed_request_leaves_later_collectives(backend, max_active):
     for req in (0, 2, 3):
         assert state["s1"][req] == batch and state["s2"][req] == (batch - 1 if batch > 1 else 1)
     assert int(result.shared["hits"][0]) == 4
+
+
+# Collectives side by side: one pass combines a run of them (ir.collective_groups), except
+# where a contribution may fail (d's division) or reads an earlier result of the run (e reads d).
+GROUPED_SRC = """pipeline grouped
+request {
+    div: i32 = 1
+    r: i32[5]
+    done_: bool
+}
+collective c {
+    let a = count(true)
+    let b = sum(10)
+    let d = sum(10 / div)
+    let e = scan(d)
+    let f = max_of(a)
+    r[0] = a
+    r[1] = b
+    r[2] = d
+    r[3] = e
+    r[4] = f
+    done_ = true
+}
+trace c: r
+done when done_
+"""
+
+
+def test_collectives_side_by_side_are_grouped_where_nothing_can_tell():
+    program = load_text(GROUPED_SRC, "grouped.xl").program
+    _, groups = ir.collective_groups(program.stages[0].body)
+    assert [[c.name for c in g] for g in groups] == [["a", "b"], ["d"], ["e", "f"]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("max_active", [1, 4])
+def test_a_request_failing_in_a_groups_neighbour_still_counts_before_it(backend, max_active):
+    """Request 1 divides by zero in d's contribution: it took part in a and b (their group),
+    not in d or the group after it."""
+    inputs = [{}, {"div": 0}, {}, {}]
+    _, result = run_on(backend, GROUPED_SRC, inputs, max_active=max_active)
+    recs = result.per_request(1)
+    assert int(recs[-1][2]) == KIND_ERROR
+    batch = min(max_active, 4)
+    rows = {req: [int(x) for x in result.requests["r"][req]] for req in (0, 2, 3)}
+    for k, req in enumerate((0, 2, 3)):
+        others = batch - 1 if batch > 1 else 1  # the survivors of the batch request 1 was in
+        at = k if batch > 1 else 0
+        assert rows[req] == [batch, 10 * batch, 10 * others, 10 * others * at, batch], req
 
 
 CLAIM_THEN_SUM_SRC = """pipeline claimsum

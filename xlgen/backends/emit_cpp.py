@@ -29,6 +29,16 @@ POOL_STORE = {"XL_WARP_STORE": "XL_POOL_STORE", "XL_ITER_STORE": "XL_POOL_ITER_S
 NEVER, CHECKED_COPY, ALWAYS = 0, 1, 2
 
 
+def _packed(names) -> str:
+    """C++ for enumerators packed 4 bits each, the first in the lowest (xl_nibble)."""
+    return " | ".join(f"(uint32_t){n} << {4 * k}" for k, n in enumerate(names)) or "0u"
+
+
+def _column(array: str, j: int) -> str:
+    """Collective j's word of a segment's results or contributions (a column each, xl_stride apart)."""
+    return f"{array}[{j} * xl_stride]" if j else f"{array}[0]"
+
+
 class CppEmitter:
     def __init__(self, program: ir.Program):
         self.program = program
@@ -286,18 +296,12 @@ class CppEmitter:
         return lines + [f"{pad}}}"]
 
     def collective_stage(self, s: ir.Stage) -> dict:
-        """A collective stage's body cut at its collectives: segment k runs after collective
-        k - 1 and ends with collective k's contribution in `xl_out`. Within a segment the
-        top-level locals are plain locals (registers); between segments they wait in the
-        frame `xl_frame`: loaded at a segment's start, stored at its end."""
-        segments: list[list] = [[]]
-        collectives = []
-        for st in s.body:
-            if isinstance(st, ir.Collective):
-                collectives.append(st)
-                segments.append([])
-            else:
-                segments[-1].append(st)
+        """A collective stage's body cut at its collectives, which one pass combines in groups
+        (ir.collective_groups): segment k runs after group k - 1, its results in `xl_in`, and
+        ends with group k's contributions in `xl_out`. Within a segment the top-level locals
+        are plain locals (registers); between segments they wait in the frame `xl_frame`:
+        loaded at a segment's start, stored at its end."""
+        segments, groups = ir.collective_groups(s.body)
         self.in_collective = True
         frame = [(st.name, st.type) for st in s.body if isinstance(st, (ir.Let, ir.Collective))]
         carried: list[tuple[str, ir.Type]] = []  # top-level locals declared in earlier segments
@@ -306,19 +310,18 @@ class CppEmitter:
             pad = IND * 2
             lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(t)} {names.cpp(n)} = xl_frame.{names.cpp(n)};"
                      for n, t in carried]
-            if k > 0:
-                c = collectives[k - 1]
+            for j, c in enumerate(groups[k - 1] if k > 0 else []):
                 lines.append(f"{pad}[[maybe_unused]] {cpp_ops.value_type(c.type)} {names.cpp(c.name)} = "
-                             f"xl_from_bits<{cpp_ops.value_type(c.type)}>(xl_in);")
+                             f"xl_from_bits<{cpp_ops.value_type(c.type)}>({_column('xl_in', j)});")
                 carried.append((c.name, c.type))
             lines += self.block(stmts, 2)
             carried += [(st.name, st.type) for st in stmts if isinstance(st, ir.Let)]
-            if k < len(collectives):
-                c = collectives[k]
+            for j, c in enumerate(groups[k] if k < len(groups) else []):
                 value = self.statement_expr(c.value, c.loc.line)
                 lines += [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
-                          f"{pad}{IND}if (xl_failed(err)) {self.bail}", f"{pad}{IND}xl_out = xl_word_bits(xl_v);",
+                          f"{pad}{IND}if (xl_failed(err)) {self.bail}", f"{pad}{IND}{_column('xl_out', j)} = xl_word_bits(xl_v);",
                           f"{pad}}}"]
+            if k < len(groups):
                 lines += [f"{pad}xl_frame.{names.cpp(n)} = {names.cpp(n)};" for n, _ in carried]
             cases.append(lines)
         self.in_collective = False
@@ -326,8 +329,12 @@ class CppEmitter:
         return {
             "cases": cases,
             "frame": [(cpp_ops.value_type(t), names.cpp(n)) for n, t in frame],
-            "ops": [f"XL_{c.op.upper()}" for c in collectives],
-            "words": [word_kind[ir.storage_word(c.value.type)] for c in collectives],
+            "groups": [", ".join(names.cpp(c.name) for c in g) for g in groups],
+            # the driver's tables (kernel.cuh's Stage_<name>), an entry per group (at least one):
+            # the operations and word kinds packed 4 bits each, collective k at bit 4k
+            "widths": [len(g) for g in groups] or [0],
+            "ops": [_packed(f"XL_{c.op.upper()}" for c in g) for g in groups] or ["0u"],
+            "words": [_packed(word_kind[ir.storage_word(c.value.type)] for c in g) for g in groups] or ["0u"],
         }
 
     def _store(self, target: ir.Var, lhs: str, value: str) -> str:

@@ -383,6 +383,45 @@ class Collective(Stmt):
 COLLECTIVE_OPS = ("scan", "sum", "count", "min_of", "max_of", "argmin", "argmax")
 
 
+# Collectives one pass may combine (the runtime's XL_COLL_WIDTH, xlgen/runtime/gpu.py's COLL_WIDTH).
+COLLECTIVE_GROUP_MAX = 8
+
+
+def local_names(e) -> set[str]:
+    """The names of the locals an expression reads (calls' arguments included)."""
+    if isinstance(e, Var):
+        return {e.name} if e.kind == LOCAL else set()
+    found = set()
+    for name in getattr(e, "__dataclass_fields__", ()):
+        value = getattr(e, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, Expr):
+                found |= local_names(v)
+    return found
+
+
+def collective_groups(body) -> tuple[list[list[Stmt]], list[list[Collective]]]:
+    """A collective stage's body cut into segments at its collectives, and the collectives
+    between them in groups that one pass combines: a run of collectives with nothing between
+    them, where no contribution but the first reads an earlier one's result or may raise. Then
+    every participant reaches the run's last collective exactly when it reaches the first, with
+    the same contributions: the bits of one pass per collective (docs/gpu.md, "Collectives")."""
+    segments: list[list[Stmt]] = [[]]
+    groups: list[list[Collective]] = []
+    for st in body:
+        if not isinstance(st, Collective):
+            segments[-1].append(st)
+            continue
+        group = groups[-1] if groups and not segments[-1] else None
+        if (group is None or len(group) == COLLECTIVE_GROUP_MAX or may_raise(st.value)
+                or local_names(st.value) & {c.name for c in group}):
+            groups.append([st])
+            segments.append([])
+        else:
+            group.append(st)
+    return segments, groups
+
+
 @dataclass(frozen=True)
 class Accumulate(Stmt):
     """`s += e` / `s -= e` on shared state in a collective stage: every request's

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backends.layout import collective_frame_words, dtype_from_layout
 from ..backends.names import py
+from ..core import ir
 from ..core.resources import runtime_dir
 from ..semantics.ops import POOL_DTYPES
 from .cpu import params_array
@@ -519,7 +520,8 @@ class _Buffers:
 
 NOTE_CAP = 256  # XL_NOTE_CAP: words a request notes in its own list per collective stage
 GRID_MAX_BLOCKS = 1024  # XL_GRID_MAX_BLOCKS: the largest grid that runs phase 2 over every block
-GRID_WORDS = 2 + 4 * GRID_MAX_BLOCKS  # XL_GRID_WORDS: its barrier and the blocks' parts
+COLL_WIDTH = ir.COLLECTIVE_GROUP_MAX  # XL_COLL_WIDTH: collectives combined in one pass at most
+GRID_WORDS = 2 + 4 * COLL_WIDTH * GRID_MAX_BLOCKS  # XL_GRID_WORDS: its barrier and the blocks' parts
 
 
 def collective_words(program, shared_words: int, config, n: int, mode: str, overflow: int, warps: int = 1) -> int:
@@ -529,7 +531,7 @@ def collective_words(program, shared_words: int, config, n: int, mode: str, over
     slots = warps if mode == "fast" else max(1, min(config.max_active, n))
     words = 4
     if any(s.is_collective for s in program.stages):
-        words = (4 + 3 * shared_words + (5 + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
+        words = (4 + 3 * shared_words + (3 + 2 * COLL_WIDTH + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
                  + GRID_WORDS)
     if mode == "fast" and program.phase2_stages:
         words += epoch_words(slots, n)

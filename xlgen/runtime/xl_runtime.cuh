@@ -587,21 +587,26 @@ struct XlColl {
     uint32_t* aux;       // CPU: dirty words; GPU: the greatest slot + 1 of a writer; 0: none
     int32_t* conflict;   // [slots] wrote a word another request wrote
     int32_t* part;       // [slots] takes part (guard held, no error yet)
-    uint32_t* contrib;   // [slots] this collective's contribution
-    uint32_t* result;    // [slots] the last collective's result
+    uint32_t* contrib;   // [XL_COLL_WIDTH * slots] this group's contributions, collective k's at k * slots
+    uint32_t* result;    // [XL_COLL_WIDTH * slots] the last group's results, alike
     uint32_t* noted;     // [slots] GPU: how many words the slot's list holds
     uint32_t* notes;     // [slots * XL_NOTE_CAP] GPU: each slot's noted words
     uint32_t* overflow;  // [2 * capacity] GPU: (word, slot) pairs noted past a slot's list
     uint32_t* grid;      // [XL_GRID_WORDS] GPU: phase 2 over the grid (XlGrid)
     uint32_t* frames;    // [slots * frame words]: a stage's top-level locals across collectives
+    int32_t slots;
 };
 
+// Collectives one pass combines at most (xlgen/core/ir.py: COLLECTIVE_GROUP_MAX).
+constexpr int XL_COLL_WIDTH = 8;
+
 // Phase 2 spread over the grid (XlSpan): the area of XlColl that combines the blocks' parts.
-// [0] the barrier's arrival count; then, for each of two parities, two words per block.
+// [0] the barrier's arrival count; then, for each of two parities, per block two words for
+// each collective of a group.
 #ifndef XL_GRID_MAX_BLOCKS
 #define XL_GRID_MAX_BLOCKS 1024  // a larger grid runs phase 2 in block 0
 #endif
-constexpr uint32_t XL_GRID_WORDS = 2u + 4u * XL_GRID_MAX_BLOCKS;
+constexpr uint32_t XL_GRID_WORDS = 2u + 4u * XL_COLL_WIDTH * XL_GRID_MAX_BLOCKS;
 
 // The layout of the one buffer that holds an XlColl (xlgen/runtime/gpu.py and the CPU
 // build size it with xl_coll_words, zeroed); the host sets header[0].
@@ -614,12 +619,13 @@ XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t slots) {
     c.conflict = (int32_t*)(c.aux + shared_words);
     c.part = c.conflict + slots;
     c.contrib = (uint32_t*)(c.part + slots);
-    c.result = c.contrib + slots;
-    c.noted = c.result + slots;
+    c.result = c.contrib + (size_t)slots * XL_COLL_WIDTH;
+    c.noted = c.result + (size_t)slots * XL_COLL_WIDTH;
     c.notes = c.noted + slots;
     c.overflow = c.notes + (size_t)slots * XL_NOTE_CAP;
     c.grid = c.overflow + 2ull * c.header[0];
     c.frames = c.grid + XL_GRID_WORDS;
+    c.slots = slots;
     return c;
 }
 
@@ -728,22 +734,28 @@ __device__ bool xl_grid_barrier(XlGrid& g) {
     return g.ok;
 }
 
-// Block b's part of the next exchange (thread 0's value), then the barrier; returns the
-// parity that the parts are read with. Two parities: a block puts the next exchange's part
-// only after the barrier that every block passed after reading this one's.
-__device__ int xl_grid_put(XlGrid& g, uint32_t hi, uint32_t lo) {
+// Where block `block` puts its parts of the exchange of `parity`, two words each. Two parities:
+// a block puts the next exchange's parts only after the barrier that every block passed after
+// reading this one's.
+__device__ __forceinline__ uint32_t* xl_grid_parts(const XlGrid& g, int parity, int block) {
+    return g.words + 2 + 2 * XL_COLL_WIDTH * (parity * XL_GRID_MAX_BLOCKS + block);
+}
+
+// Part k of this block in the next exchange (thread 0's value); the exchange is the barrier
+// after it, read with the parity it returns.
+__device__ __forceinline__ int xl_grid_set(const XlGrid& g, int k, uint64_t v) {
     const int parity = (int)(g.epoch & 1u);
     if (threadIdx.x == 0) {
-        uint32_t* part = g.words + 2 + 2 * (parity * XL_GRID_MAX_BLOCKS + (int)blockIdx.x);
-        part[0] = hi;
-        part[1] = lo;
+        uint32_t* part = xl_grid_parts(g, parity, (int)blockIdx.x) + 2 * k;
+        part[0] = (uint32_t)(v >> 32);
+        part[1] = (uint32_t)v;
     }
-    xl_grid_barrier(g);
     return parity;
 }
 
-__device__ __forceinline__ uint64_t xl_grid_part(const XlGrid& g, int parity, int block) {
-    const uint32_t* part = g.words + 2 + 2 * (parity * XL_GRID_MAX_BLOCKS + block);
+// Part k of block `block` in the exchange of `parity`.
+__device__ __forceinline__ uint64_t xl_grid_part(const XlGrid& g, int parity, int block, int k) {
+    const uint32_t* part = xl_grid_parts(g, parity, block) + 2 * k;
     return ((uint64_t)__ldcg(part) << 32) | (uint64_t)__ldcg(part + 1);
 }
 #endif
@@ -1588,98 +1600,121 @@ inline uint64_t xl_block_min_u64(uint64_t v) { return v; }
 __device__ bool xl_span_any(const XlSpan& sp, int x) {
     const int any = __syncthreads_or(x);
     if (!sp.grid) return any != 0;
-    const int parity = xl_grid_put(*sp.grid, 0u, any ? 1u : 0u);
+    const int parity = xl_grid_set(*sp.grid, 0, any ? 1u : 0u);
+    xl_grid_barrier(*sp.grid);
     int seen = 0;
-    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) seen |= (int)xl_grid_part(*sp.grid, parity, b);
+    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) seen |= (int)xl_grid_part(*sp.grid, parity, b, 0);
     return __syncthreads_or(seen) != 0;
-}
-
-// The blocks' parts of a sum: those of the blocks before this one, and all (every thread).
-__device__ void xl_grid_sums(XlGrid& g, uint32_t mine, uint32_t* before, uint32_t* total) {
-    const int parity = xl_grid_put(g, 0u, mine);
-    uint32_t earlier = 0u, all = 0u;
-    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
-        const uint32_t v = (uint32_t)xl_grid_part(g, parity, b);
-        earlier += b < (int)blockIdx.x ? v : 0u;
-        all += v;
-    }
-    xl_block_inclusive_sum(earlier, before);  // (*before, *total: the block's totals)
-    xl_block_inclusive_sum(all, total);
-}
-
-// The least of the blocks' parts (every thread).
-__device__ uint64_t xl_grid_min(XlGrid& g, uint64_t mine) {
-    const int parity = xl_grid_put(g, (uint32_t)(mine >> 32), (uint32_t)mine);
-    uint64_t best = ~0ull;
-    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
-        const uint64_t v = xl_grid_part(g, parity, b);
-        best = v < best ? v : best;
-    }
-    return xl_block_min_u64(best);
 }
 #else
 inline bool xl_span_any(const XlSpan&, int x) { return x != 0; }
 #endif
 
-// Collective `op` over the slots that take part (c.part), in slot order, which is request-id
-// order: c.result[i] for each participant, from c.contrib[i]. By all threads of the span,
-// each block for its slots; over the grid the blocks' parts are combined (wrapping sums, the
-// least (key, slot)), which gives the bits of one block's pass. False: aborted.
-XL_DEVICE bool xl_collective(const XlColl& c, int op, int word, const int32_t* active, const XlSpan& sp) {
+XL_HD bool xl_is_sum(int op) { return op == XL_SCAN || op == XL_SUM || op == XL_COUNT; }
+
+// The span's block's part of collective k of a group (op over the contributions in column k,
+// word: their kind): a scan's, sum's or count's total over the block's slots (a scan's results
+// so far: the prefix within the block), or the least (key, slot), the key complemented for
+// max: ties go to the lowest id. By all threads of the block.
+XL_DEVICE uint64_t xl_collective_part(const XlColl& c, int k, int op, int word, const XlSpan& sp) {
     const int32_t t = XL_THREAD, nt = XL_THREADS;
-    if (op == XL_SCAN || op == XL_SUM || op == XL_COUNT) {
+    if (xl_is_sum(op)) {
         uint32_t carry = 0u;  // wrapping sums: any order of additions gives the same bits
         for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = base + t;
             const bool in = i < sp.hi && c.part[i];
-            const uint32_t v = !in ? 0u : (op == XL_COUNT ? (c.contrib[i] != 0u ? 1u : 0u) : c.contrib[i]);
+            const uint32_t x = in ? c.contrib[(size_t)k * c.slots + i] : 0u;
+            const uint32_t v = op == XL_COUNT ? (x != 0u ? 1u : 0u) : x;
             uint32_t chunk = 0u;
             const uint32_t inclusive = xl_block_inclusive_sum(v, &chunk);
-            if (in && op == XL_SCAN) c.result[i] = carry + inclusive - v;
+            if (in && op == XL_SCAN) c.result[(size_t)k * c.slots + i] = carry + inclusive - v;
             carry += chunk;
         }
-        uint32_t before = 0u, total = carry;
-#if XL_ON_GPU
-        if (sp.grid) {
-            xl_grid_sums(*sp.grid, carry, &before, &total);
-            if (!sp.grid->ok) return false;
+        return carry;
+    }
+    const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
+    uint64_t best = ~0ull;
+    for (int32_t base = sp.lo; base < sp.hi; base += nt) {
+        const int32_t i = base + t;
+        uint64_t mine = ~0ull;
+        if (i < sp.hi && c.part[i]) {
+            const uint32_t key = xl_order_key(c.contrib[(size_t)k * c.slots + i], word);
+            mine = ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i;
         }
-#endif
+        const uint64_t chunk = xl_block_min_u64(mine);
+        best = chunk < best ? chunk : best;
+    }
+    return best;
+}
+
+// Collective k's results, from the parts of the blocks before the span's (`before`, a sum's)
+// and of all (`all`: the total, or the least (key, slot)).
+XL_DEVICE void xl_collective_results(const XlColl& c, int k, int op, uint32_t before, uint64_t all,
+                                     const int32_t* active, const XlSpan& sp) {
+    const int32_t t = XL_THREAD, nt = XL_THREADS;
+    if (xl_is_sum(op)) {
         if (op != XL_SCAN || before != 0u)  // (one block's scan is already complete)
             for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
-                if (c.part[i]) c.result[i] = op == XL_SCAN ? before + c.result[i] : total;
-    } else {
-        // The winner: least (key, slot), with the key complemented for max: ties go to the lowest id.
-        const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
-        uint64_t best = ~0ull;
-        for (int32_t base = sp.lo; base < sp.hi; base += nt) {
-            const int32_t i = base + t;
-            uint64_t mine = ~0ull;
-            if (i < sp.hi && c.part[i]) {
-                const uint32_t key = xl_order_key(c.contrib[i], word);
-                mine = ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i;
-            }
-            const uint64_t chunk = xl_block_min_u64(mine);
-            best = chunk < best ? chunk : best;
-        }
+                if (c.part[i]) {
+                    uint32_t& result = c.result[(size_t)k * c.slots + i];
+                    result = op == XL_SCAN ? before + result : (uint32_t)all;
+                }
+    } else if (all != ~0ull) {  // (no participant left: nothing to give)
+        const int32_t winner = (int32_t)(uint32_t)(all & 0xFFFFFFFFull);
 #if XL_ON_GPU
-        if (sp.grid) {
-            best = xl_grid_min(*sp.grid, best);
-            if (!sp.grid->ok) return false;
-        }
-#endif
-        if (best != ~0ull) {  // (no participant left: nothing to give)
-            const int32_t winner = (int32_t)(uint32_t)(best & 0xFFFFFFFFull);
-#if XL_ON_GPU
-            const uint32_t theirs = __ldcg(&c.contrib[winner]);  // (another block's, over the grid)
+        const uint32_t theirs = __ldcg(&c.contrib[(size_t)k * c.slots + winner]);  // (another block's, over the grid)
 #else
-            const uint32_t theirs = c.contrib[winner];
+        const uint32_t theirs = c.contrib[(size_t)k * c.slots + winner];
 #endif
-            const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner] : theirs;
-            XL_BLOCK_SYNC();
-            for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
-                if (c.part[i]) c.result[i] = value;
+        const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner] : theirs;
+        XL_BLOCK_SYNC();
+        for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
+            if (c.part[i]) c.result[(size_t)k * c.slots + i] = value;
+    }
+}
+
+// Operation k of a group's packed operations or word kinds (4 bits each: Stage_<name>::ops).
+XL_HD int xl_nibble(uint32_t packed, int k) { return (int)((packed >> (4 * k)) & 15u); }
+
+// A group of `n` collectives (operation k and its contributions' word kind: nibble k of `ops`
+// and of `words`, the contributions in column k) over the slots that take part (c.part), in
+// slot order, which is request-id order: each participant's results in c.result, column k.
+// One pass for the group: each block its parts, then over the grid one exchange of all of them
+// (a barrier), combined as wrapping sums and the least (key, slot), which gives the bits of one
+// block's pass. By all threads of the span. False: aborted.
+XL_DEVICE bool xl_collectives(const XlColl& c, int n, uint32_t ops, uint32_t words, const int32_t* active,
+                              const XlSpan& sp) {
+#if XL_ON_GPU
+    if (sp.grid) {
+        XlGrid& g = *sp.grid;
+        int parity = 0;
+        for (int k = 0; k < n; ++k)
+            parity = xl_grid_set(g, k, xl_collective_part(c, k, xl_nibble(ops, k), xl_nibble(words, k), sp));
+        if (!xl_grid_barrier(g)) return false;
+        for (int k = 0; k < n; ++k) {
+            uint32_t earlier = 0u, total = 0u;
+            uint64_t best = ~0ull;
+            for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
+                const uint64_t v = xl_grid_part(g, parity, b, k);
+                earlier += b < (int)blockIdx.x ? (uint32_t)v : 0u;
+                total += (uint32_t)v;
+                best = v < best ? v : best;
+            }
+            const int op = xl_nibble(ops, k);
+            uint32_t before = 0u, sum = 0u;
+            if (xl_is_sum(op)) {
+                xl_block_inclusive_sum(earlier, &before);  // (the block's totals)
+                xl_block_inclusive_sum(total, &sum);
+            }
+            xl_collective_results(c, k, op, before, xl_is_sum(op) ? sum : xl_block_min_u64(best), active, sp);
         }
+        XL_BLOCK_SYNC();
+        return true;
+    }
+#endif
+    for (int k = 0; k < n; ++k) {
+        const int op = xl_nibble(ops, k);
+        xl_collective_results(c, k, op, 0u, xl_collective_part(c, k, op, xl_nibble(words, k), sp), active, sp);
     }
     XL_BLOCK_SYNC();
     return true;
