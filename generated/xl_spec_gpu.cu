@@ -516,7 +516,7 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
         if (t == 0) {  // (every worker left: none waits, since a worker leaves only when answered)
             all_left = ((volatile XlControl*)ctl)->workers_left == workers;
             head = min(((volatile XlControl*)ctl)->queue_head, n);
-            stop = (idle & 255u) == 0u && (host_flags[0] != 0 || xl_aborted(ctl));
+            stop = (idle & 255u) == 0u && (xl_aborted(ctl) || xl_host_poll_due(idle) && host_flags[0] != 0);
         }
         __syncthreads();
         const int32_t words = (head + 31) / 32;

@@ -695,6 +695,16 @@ __device__ __forceinline__ void xl_poll_seen() {
 #ifndef XL_BARRIER_SPIN
 #define XL_BARRIER_SPIN 64  // polls without __nanosleep before backing off
 #endif
+// A spin-wait checks the device's abort flag every 256 polls, and the host's (mapped host
+// memory: a read over PCIe) every XL_HOST_POLL_SPINS polls, a few ms with the backoff. Every
+// 256, as before, hundreds of waiters' reads queued on the bus: at 1,000 requests with the KV
+// cache some rounds took ms, and runs 1.5-4x longer in one process than in the next (22 ms
+// every run now; fast mode 74-79 ms, was 0.15-3.1 s; docs/benchmarks.md).
+#ifndef XL_HOST_POLL_SPINS
+#define XL_HOST_POLL_SPINS 16384u
+#endif
+__device__ __forceinline__ bool xl_host_poll_due(unsigned int spins) { return (spins & (XL_HOST_POLL_SPINS - 1u)) == 0u; }
+
 // Wait until `*word - target` is no longer negative (wrap-safe), polling the abort flags (the
 // host's, and *aborted, which a waiter that sees either sets: false). Short waits (the common
 // round) poll back to back; a long one backs off, so a hundred pollers do not flood the L2
@@ -705,7 +715,7 @@ __device__ __forceinline__ bool xl_spin_until(const unsigned int* word, unsigned
                                               unsigned int max_sleep_ns = XL_BARRIER_MAX_SLEEP_NS) {
     unsigned int spins = 0, sleep_ns = 32;
     while ((int)(xl_poll(word) - target) < 0) {
-        if ((++spins & 255u) == 0u && (host_flags[0] != 0 || *aborted != 0)) {
+        if ((++spins & 255u) == 0u && (*aborted != 0 || xl_host_poll_due(spins) && host_flags[0] != 0)) {
             *aborted = 1;
             return false;
         }
