@@ -850,8 +850,8 @@ struct Frame_kv_manage {
 static_assert(sizeof(Frame_kv_manage) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
 // Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
-// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with group k's
-// contributions (`xl_out`, alike).
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with
+// group k's contributions (`xl_out`, alike).
 // Groups: (before) (taken, served, stalled_holder, first) (push_at, pushed).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
@@ -1432,8 +1432,8 @@ struct Frame_kv_collect {
 static_assert(sizeof(Frame_kv_collect) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
 // Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
-// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 2 ends with group k's
-// contributions (`xl_out`, alike).
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 2 ends with
+// group k's contributions (`xl_out`, alike).
 // Groups: (me, sweepers) (at, total).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
@@ -1632,8 +1632,8 @@ struct Frame_kv_evict {
 static_assert(sizeof(Frame_kv_evict) <= XL_FRAME_WORDS * 4, "frame words: xlgen/backends/emit_cpp.py");
 
 // Segment `xl_seg` of the body: segment k > 0 starts with the results of group k - 1 of its
-// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with group k's
-// contributions (`xl_out`, alike).
+// collectives (`xl_in`, collective j's at j * xl_stride); segment k < 3 ends with
+// group k's contributions (`xl_out`, alike).
 // Groups: (top_prio) (top_ema) (victim, found, first).
 // (__restrict__: nothing the stage writes, its request, its frame and the shadow, aliases
 // the shared state it reads, which no one writes while it runs: loads need not wait for stores.)
@@ -2105,8 +2105,8 @@ constexpr int XL_NUM_COLLECTIVE_STAGES = 3;
 // and `overflow` overflow pairs (xlgen/runtime/gpu.py: collective_words, alike).
 XL_HD uint64_t xl_coll_words(int32_t slots, uint32_t overflow) {
     if (XL_NUM_COLLECTIVE_STAGES == 0) return 4u;
-    return 4ull + 3ull * XL_SHARED_WORDS + (3ull + 2ull * XL_COLL_WIDTH + XL_NOTE_CAP + XL_FRAME_WORDS) * (uint64_t)slots + 2ull * overflow +
-           XL_GRID_WORDS;
+    const uint64_t per_slot = 3ull + 2ull * XL_COLL_WIDTH + XL_NOTE_CAP + XL_FRAME_WORDS;
+    return 4ull + 3ull * XL_SHARED_WORDS + per_slot * (uint64_t)slots + 2ull * overflow + XL_GRID_WORDS;
 }
 // Words of fast mode's epochs after that buffer (gpu.cu's XlEpochs; gpu.py: epoch_words): per
 // slot an id, a round and a keep flag; per request a bit, a state and a round.

@@ -319,8 +319,8 @@ class CppEmitter:
             for j, c in enumerate(groups[k] if k < len(groups) else []):
                 value = self.statement_expr(c.value, c.loc.line)
                 lines += [f"{pad}{{", f"{pad}{IND}const {cpp_ops.value_type(c.value.type)} xl_v = {value};",
-                          f"{pad}{IND}if (xl_failed(err)) {self.bail}", f"{pad}{IND}{_column('xl_out', j)} = xl_word_bits(xl_v);",
-                          f"{pad}}}"]
+                          f"{pad}{IND}if (xl_failed(err)) {self.bail}",
+                          f"{pad}{IND}{_column('xl_out', j)} = xl_word_bits(xl_v);", f"{pad}}}"]
             if k < len(groups):
                 lines += [f"{pad}xl_frame.{names.cpp(n)} = {names.cpp(n)};" for n, _ in carried]
             cases.append(lines)

@@ -405,7 +405,7 @@ def collective_groups(body) -> tuple[list[list[Stmt]], list[list[Collective]]]:
     between them in groups that one pass combines: a run of collectives with nothing between
     them, where no contribution but the first reads an earlier one's result or may raise. Then
     every participant reaches the run's last collective exactly when it reaches the first, with
-    the same contributions: the bits of one pass per collective (docs/gpu.md, "Collectives")."""
+    the same contributions: the bits of one pass per collective (docs/gpu.md, phase 2 over the grid)."""
     segments: list[list[Stmt]] = [[]]
     groups: list[list[Collective]] = []
     for st in body:

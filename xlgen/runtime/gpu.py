@@ -531,8 +531,8 @@ def collective_words(program, shared_words: int, config, n: int, mode: str, over
     slots = warps if mode == "fast" else max(1, min(config.max_active, n))
     words = 4
     if any(s.is_collective for s in program.stages):
-        words = (4 + 3 * shared_words + (3 + 2 * COLL_WIDTH + NOTE_CAP + collective_frame_words(program)) * slots + 2 * overflow
-                 + GRID_WORDS)
+        per_slot = 3 + 2 * COLL_WIDTH + NOTE_CAP + collective_frame_words(program)
+        words = 4 + 3 * shared_words + per_slot * slots + 2 * overflow + GRID_WORDS
     if mode == "fast" and program.phase2_stages:
         words += epoch_words(slots, n)
     return words
