@@ -2185,7 +2185,7 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
     if (!xl_span_any(sp, any)) return xl_span_ok(sp);  // nobody takes part (and the span has synced)
     XL_PROF_MARK(S::stage * 32);  // marks: guards, then per segment: its code, its group of collectives
     for (int32_t seg = 0; seg <= S::groups; ++seg) {
-        const int32_t n_out = seg < S::groups ? S::width(seg) : 0;
+        const int32_t group_width = seg < S::groups ? S::width(seg) : 0;
         for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = xl_spread_slot(base, t, nt);
             if (i >= sp.hi || !xc.part[i]) continue;
@@ -2202,10 +2202,10 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
         }
         // A group's pass starts from each block's own slots (its exchange over the grid is the
         // grid's barrier); the shadow's writes are settled once every block is done.
-        if (n_out > 0) XL_BLOCK_SYNC();
+        if (group_width > 0) XL_BLOCK_SYNC();
         else if (!xl_span_sync(sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 1 + 2 * seg);
-        if (n_out > 0 && !xl_collectives(xc, n_out, S::ops(seg), S::words(seg), active, sp)) return false;
+        if (group_width > 0 && !xl_collectives(xc, group_width, S::ops(seg), S::words(seg), active, sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
     }
     if (!xl_settle_all(xc, sh, sp)) return false;
