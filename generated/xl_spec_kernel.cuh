@@ -220,8 +220,13 @@ struct Request {
     int32_t kv_drafts_above_tp;
     int32_t kv_convert_lo;
     int32_t kv_convert_hi;
+    int32_t kv_kept_committed;
+    int32_t kv_kept_draft;
+    int32_t kv_kept_used_change;
+    int32_t kv_walk_lo;
+    int32_t kv_walk_hi;
 };
-static_assert(sizeof(Request) == 1332 * 4, "Request layout must match xlgen/backends/layout.py");
+static_assert(sizeof(Request) == 1337 * 4, "Request layout must match xlgen/backends/layout.py");
 
 // State shared by all requests; only arbiter and collective stages write it.
 struct Shared {
@@ -253,7 +258,7 @@ static_assert(sizeof(Shared) == 115215 * 4, "Shared layout must match xlgen/back
 constexpr int32_t XL_SHARED_WORDS = 115215;
 
 // Words of the largest collective stage's frame (its top-level locals).
-constexpr int XL_FRAME_WORDS = 33;
+constexpr int XL_FRAME_WORDS = 36;
 
 // Trace records: request id, round, kind (trace index, or one of the markers
 // below), stage index, then up to 7 value words.
@@ -511,7 +516,7 @@ XL_DEVICE int32_t fn_pages_for(XlErr& xl_caller, int32_t xl_key, const Params& p
     }
 }
 
-// stages/kv.xl:351
+// stages/kv.xl:379
 XL_DEVICE bool fn_kv_yields_any(XlErr& xl_caller, int32_t xl_key, const Params& p, int32_t served, int32_t last_progress, int32_t now, int32_t stalled_holder) {
     (void)xl_caller;
     (void)p;
@@ -729,84 +734,129 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
     [[maybe_unused]] int32_t held = r.kv_held;
     [[maybe_unused]] int32_t own_from = r.kv_borrowed;
     [[maybe_unused]] int32_t missing_committed = {};
-    {
-        const int32_t xl_lo = 0;
-        const int32_t xl_hi = span;
-        missing_committed = xl_reduce_sum<int32_t, false>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < cp)) ? 1 : 0);
-        });
-    }
-    XL_LINE_MARK(5);  // stages/kv.xl:110 in kv_plan
     [[maybe_unused]] int32_t need = {};
-    {
-        const int32_t xl_lo = 0;
-        const int32_t xl_hi = span;
-        need = xl_reduce_sum<int32_t, false>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < tp)) ? 1 : 0);
-        });
-    }
-    XL_LINE_MARK(6);  // stages/kv.xl:111 in kv_plan
     [[maybe_unused]] int32_t drafts = {};
-    {
-        const int32_t xl_lo = 0;
-        const int32_t xl_hi = span;
-        drafts = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
-        });
-        if (xl_failed(err)) return err;
-    }
-    XL_LINE_MARK(7);  // stages/kv.xl:112 in kv_plan
     [[maybe_unused]] int32_t drafts_above_tp = {};
-    {
-        const int32_t xl_lo = 0;
-        const int32_t xl_hi = span;
-        drafts_above_tp = xl_reduce_sum<int32_t>(err, 1, xl_lo, xl_hi, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4390912)], PageKind::COMMITTED)) ? 1 : 0);
-        });
-        if (xl_failed(err)) return err;
-    }
-    XL_LINE_MARK(8);  // stages/kv.xl:113 in kv_plan
     [[maybe_unused]] int32_t convert_lo = {};
-    {
-        const int32_t xl_lo = 0;
-        const int32_t xl_hi = span;
-        int32_t xl_best;
-        const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, false, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 114, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
-        });
-        convert_lo = xl_best_value(xl_best, xl_at, false);
-        if (xl_failed(err)) return err;
-    }
-    XL_LINE_MARK(9);  // stages/kv.xl:114 in kv_plan
     [[maybe_unused]] int32_t convert_hi = {};
+    [[maybe_unused]] int32_t kept_committed = {};
+    [[maybe_unused]] int32_t used_change = {};
     {
         const int32_t xl_lo = 0;
         const int32_t xl_hi = span;
-        int32_t xl_best;
-        const int64_t xl_at = xl_reduce_best<int32_t>(err, 1, xl_lo, xl_hi, true, &xl_best, [&](int32_t k, XlErr& err) -> int32_t {
-            (void)err;
-            return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 115, r.kv_pages[k], 16384, 4390912)], PageKind::DRAFT)) ? k : -1);
+        XlSumPass<int32_t, false> xl_p0;
+        XlSumPass<int32_t, false> xl_p1;
+        XlSumPass<int32_t> xl_p2;
+        XlSumPass<int32_t> xl_p3;
+        XlBestPass<int32_t> xl_p4(false);
+        XlBestPass<int32_t> xl_p5(true);
+        XlSumPass<int32_t> xl_p6;
+        XlSumPass<int32_t> xl_p7;
+        xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {
+            xl_p0.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < cp)) ? 1 : 0);
+            });
+            xl_p1.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < tp)) ? 1 : 0);
+            });
+            xl_p2.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? 1 : 0);
+            });
+            xl_p3.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? 1 : 0);
+            });
+            xl_p4.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 114, r.kv_pages[k], 16384, 4718592)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
+            });
+            xl_p5.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 115, r.kv_pages[k], 16384, 4718592)], PageKind::DRAFT)) ? k : -1);
+            });
+            xl_p6.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return ((((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) && ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 120, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED))) ? 1 : 0);
+            });
+            xl_p7.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return (((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) ? xl_sub((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 121, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 121, r.kv_pages[k], 16384, 4980736)]) : 0);
+            });
         });
-        convert_hi = xl_best_value(xl_best, xl_at, true);
+        missing_committed = xl_p0.finish(err, 1);
+        XL_LINE_MARK(5);  // stages/kv.xl:110 in kv_plan
+        need = xl_p1.finish(err, 1);
+        XL_LINE_MARK(6);  // stages/kv.xl:111 in kv_plan
+        drafts = xl_p2.finish(err, 1);
         if (xl_failed(err)) return err;
+        XL_LINE_MARK(7);  // stages/kv.xl:112 in kv_plan
+        drafts_above_tp = xl_p3.finish(err, 1);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(8);  // stages/kv.xl:113 in kv_plan
+        int32_t xl_best4;
+        const int64_t xl_at4 = xl_p4.finish(err, 1, &xl_best4);
+        convert_lo = xl_best_value(xl_best4, xl_at4, false);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(9);  // stages/kv.xl:114 in kv_plan
+        int32_t xl_best5;
+        const int64_t xl_at5 = xl_p5.finish(err, 1, &xl_best5);
+        convert_hi = xl_best_value(xl_best5, xl_at5, true);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(10);  // stages/kv.xl:115 in kv_plan
+        kept_committed = xl_p6.finish(err, 1);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(11);  // stages/kv.xl:120 in kv_plan
+        used_change = xl_p7.finish(err, 1);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(12);  // stages/kv.xl:121 in kv_plan
     }
-    XL_LINE_MARK(10);  // stages/kv.xl:115 in kv_plan
+    [[maybe_unused]] int32_t walk_lo = {};
+    [[maybe_unused]] int32_t walk_hi = {};
+    {
+        const int32_t xl_lo = 0;
+        const int32_t xl_hi = span;
+        XlBestPass<int32_t> xl_p0(false);
+        XlBestPass<int32_t> xl_p1(true);
+        xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {
+            xl_p0.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 122, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 122, r.kv_pages[k], 16384, 4980736)]))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : MAX_REQ_PAGES);
+            });
+            xl_p1.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
+                (void)err;
+                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 123, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 123, r.kv_pages[k], 16384, 4980736)]))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : -1);
+            });
+        });
+        int32_t xl_best0;
+        const int64_t xl_at0 = xl_p0.finish(err, 1, &xl_best0);
+        walk_lo = xl_best_value(xl_best0, xl_at0, false);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(13);  // stages/kv.xl:122 in kv_plan
+        int32_t xl_best1;
+        const int64_t xl_at1 = xl_p1.finish(err, 1, &xl_best1);
+        walk_hi = xl_best_value(xl_best1, xl_at1, true);
+        if (xl_failed(err)) return err;
+        XL_LINE_MARK(14);  // stages/kv.xl:123 in kv_plan
+    }
     XL_WARP_STORE(r.kv_missing_committed, missing_committed);
     XL_WARP_STORE(r.kv_need, need);
     XL_WARP_STORE(r.kv_drafts, drafts);
     XL_WARP_STORE(r.kv_drafts_above_tp, drafts_above_tp);
     XL_WARP_STORE(r.kv_convert_lo, convert_lo);
     XL_WARP_STORE(r.kv_convert_hi, convert_hi);
-    XL_LINE_MARK(11);  // stages/kv.xl:64 in kv_plan (the stage's end)
+    XL_WARP_STORE(r.kv_kept_committed, kept_committed);
+    XL_WARP_STORE(r.kv_kept_draft, xl_sub(drafts, drafts_above_tp));
+    XL_WARP_STORE(r.kv_kept_used_change, used_change);
+    XL_WARP_STORE(r.kv_walk_lo, walk_lo);
+    XL_WARP_STORE(r.kv_walk_hi, walk_hi);
+    XL_LINE_MARK(15);  // stages/kv.xl:64 in kv_plan (the stage's end)
     return err;
 }
 
-// stages/kv.xl:124: collective kv_manage
+// stages/kv.xl:137: collective kv_manage
 XL_DEVICE bool guard_kv_manage(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return p.kv_cache;
 }
@@ -844,6 +894,9 @@ struct Frame_kv_manage {
     int32_t t;
     int32_t held;
     int32_t released_committed;
+    bool narrow;
+    int32_t walk_lo;
+    int32_t walk_hi;
     int32_t own_committed;
     int32_t own_draft;
 };
@@ -882,7 +935,7 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
                         if (xl_eq(sh.page_kind[xl_p], PageKind::COMMITTED)) {
                             {
                                 const int32_t xl_v = xl_p;
-                                const int32_t xl_i = xl_idx(err, 1, 146, sh.page_slot[xl_p], 256, 2359296);
+                                const int32_t xl_i = xl_idx(err, 1, 159, sh.page_slot[xl_p], 256, 2359296);
                                 if (xl_failed(err)) return err;
                                 r.kv_pages[xl_i] = xl_v;
                             }
@@ -902,12 +955,12 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
                         run = xl_add(run, 1);
                         {
                             const int32_t xl_v = 1;
-                            const int32_t xl_i = xl_idx(err, 1, 161, r.kv_pages[k], 16384, 4456448);
+                            const int32_t xl_i = xl_idx(err, 1, 174, r.kv_pages[k], 16384, 4784128);
                             if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 162, r.kv_pages[k], 16384, 4521984)];
+                            const int32_t xl_v = sh.page_gen[xl_idx(err, 1, 175, r.kv_pages[k], 16384, 4849664)];
                             const int32_t xl_i = k;
                             if (xl_failed(err)) return err;
                             r.kv_gens[xl_i] = xl_v;
@@ -934,14 +987,14 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
             if (k > r.kv_convert_hi) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 192, k, 256, 2359296)];
+            [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 205, k, 256, 2359296)];
             if (xl_failed(err)) return err;
-            const bool xl_c1 = (pg >= 0) && xl_eq(sh.page_kind[xl_idx(err, 1, 193, pg, 16384, 4390912)], PageKind::DRAFT);
+            const bool xl_c1 = (pg >= 0) && xl_eq(sh.page_kind[xl_idx(err, 1, 206, pg, 16384, 4718592)], PageKind::DRAFT);
             if (xl_failed(err)) return err;
             if (xl_c1) {
                 {
                     const int32_t xl_v = PageKind::COMMITTED;
-                    const int32_t xl_i = xl_idx(err, 1, 194, pg, 16384, 4390912);
+                    const int32_t xl_i = xl_idx(err, 1, 207, pg, 16384, 4718592);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
@@ -1161,54 +1214,68 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
         [[maybe_unused]] int32_t t = before;
         [[maybe_unused]] int32_t held = r.kv_held;
         [[maybe_unused]] int32_t released_committed = 0;
-        [[maybe_unused]] int32_t own_committed = 0;
-        [[maybe_unused]] int32_t own_draft = 0;
-        for (int32_t k = 0; k < 256; ++k) {
-            if ((k >= held) && (k >= tp)) {
+        [[maybe_unused]] bool narrow = (ok && (!grafted));
+        [[maybe_unused]] int32_t walk_lo = (narrow ? r.kv_walk_lo : 0);
+        [[maybe_unused]] int32_t walk_hi = (narrow ? r.kv_walk_hi : 255);
+        [[maybe_unused]] int32_t own_committed = (narrow ? r.kv_kept_committed : 0);
+        [[maybe_unused]] int32_t own_draft = (narrow ? r.kv_kept_draft : 0);
+        if (narrow) {
+            d_used = xl_add(d_used, r.kv_kept_used_change);
+        }
+        for (int32_t i = 0; i < 256; ++i) {
+            [[maybe_unused]] int32_t k = xl_add(walk_lo, i);
+            if ((k > walk_hi) || ((k >= held) && (k >= tp))) {
                 break;
             }
-            [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[k] : -1);
+            [[maybe_unused]] int32_t pg = ((k < held) ? r.kv_pages[xl_idx(err, 1, 273, k, 256, 2359296)] : -1);
+            if (xl_failed(err)) return err;
+            [[maybe_unused]] bool counted = (narrow && (pg >= 0));
             if ((ok && (k < tp)) && (pg < 0)) {
                 {
-                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 252, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 4718592)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
+                    const int32_t xl_v = ((t < sh.kv_free_top) ? sh.kv_free_stack[xl_idx(err, 1, 276, xl_sub(xl_sub(sh.kv_free_top, 1), t), 16384, 5046272)] : xl_sub(xl_add(sh.kv_fresh, t), sh.kv_free_top));
                     if (xl_failed(err)) return err;
                     pg = xl_v;
                 }
                 t = xl_add(t, 1);
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 254, pg, 16384, 4521984)], 1);
-                    const int32_t xl_i = xl_idx(err, 2, 254, pg, 16384, 4521984);
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 278, pg, 16384, 4849664)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 278, pg, 16384, 4849664);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = req_id;
-                    const int32_t xl_i = xl_idx(err, 1, 255, pg, 16384, 4325376);
+                    const int32_t xl_i = xl_idx(err, 1, 279, pg, 16384, 4653056);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = 1;
-                    const int32_t xl_i = xl_idx(err, 1, 256, pg, 16384, 4456448);
+                    const int32_t xl_i = xl_idx(err, 1, 280, pg, 16384, 4784128);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = k;
-                    const int32_t xl_i = xl_idx(err, 1, 257, pg, 16384, 4587520);
+                    const int32_t xl_i = xl_idx(err, 1, 281, pg, 16384, 4915200);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_slot[xl_i]), xl_word_bits(xl_v));
                 }
                 {
                     const int32_t xl_v = ((k < cp) ? PageKind::COMMITTED : PageKind::DRAFT);
-                    const int32_t xl_i = xl_idx(err, 1, 258, pg, 16384, 4390912);
+                    const int32_t xl_i = xl_idx(err, 1, 282, pg, 16384, 4718592);
                     if (xl_failed(err)) return err;
                     xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                 }
-                r.kv_pages[k] = pg;
                 {
-                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 260, pg, 16384, 4521984)], 1);
-                    const int32_t xl_i = k;
+                    const int32_t xl_v = pg;
+                    const int32_t xl_i = xl_idx(err, 1, 283, k, 256, 2359296);
+                    if (xl_failed(err)) return err;
+                    r.kv_pages[xl_i] = xl_v;
+                }
+                {
+                    const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 284, pg, 16384, 4849664)], 1);
+                    const int32_t xl_i = xl_idx(err, 2, 284, k, 256, 2424832);
                     if (xl_failed(err)) return err;
                     r.kv_gens[xl_i] = xl_v;
                 }
@@ -1226,50 +1293,50 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
                 }
                 {
                     const int32_t xl_v = xl_neg(1);
-                    const int32_t xl_i = xl_idx(err, 1, 273, pg, 16384, 4456448);
+                    const int32_t xl_i = xl_idx(err, 1, 297, pg, 16384, 4784128);
                     if (xl_failed(err)) return err;
                     xl_shadow_add(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                 }
-                const bool xl_c2 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 274, pg, 16384, 4390912)], PageKind::COMMITTED);
+                const bool xl_c2 = ((k >= r.kv_borrowed) && (k >= cp)) && xl_ne(sh.page_kind[xl_idx(err, 1, 298, pg, 16384, 4718592)], PageKind::COMMITTED);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     d_draft = xl_sub(d_draft, 1);
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 277, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 277, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 301, pg, 16384, 4849664)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 301, pg, 16384, 4849664);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 278, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 302, pg, 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 279, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 303, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
-                    const bool xl_c3 = xl_ne(sh.page_used[xl_idx(err, 1, 280, pg, 16384, 4653056)], 0);
+                    const bool xl_c3 = xl_ne(sh.page_used[xl_idx(err, 1, 304, pg, 16384, 4980736)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c3) {
                         {
-                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 281, pg, 16384, 4653056)]);
+                            const int32_t xl_v = xl_sub(d_used, sh.page_used[xl_idx(err, 1, 305, pg, 16384, 4980736)]);
                             if (xl_failed(err)) return err;
                             d_used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 282, pg, 16384, 4653056);
+                            const int32_t xl_i = xl_idx(err, 1, 306, pg, 16384, 4980736);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 284, slot, 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 308, slot, 16384, 5046272);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1280,42 +1347,51 @@ XL_DEVICE XlErr stage_kv_manage(int32_t xl_seg, const uint32_t* xl_in, uint32_t*
                     if (k >= r.kv_borrowed) {
                         {
                             const int32_t xl_v = ORPHAN;
-                            const int32_t xl_i = xl_idx(err, 1, 291, pg, 16384, 4325376);
+                            const int32_t xl_i = xl_idx(err, 1, 315, pg, 16384, 4653056);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const uint32_t xl_v = xl_shl(err, 1, 292, 1u, xl_band(pg, 31));
-                            const int32_t xl_i = xl_idx(err, 3, 292, xl_shr(err, 2, 292, pg, 5), 512, 5570560);
+                            const uint32_t xl_v = xl_shl(err, 1, 316, 1u, xl_band(pg, 31));
+                            const int32_t xl_i = xl_idx(err, 3, 316, xl_shr(err, 2, 316, pg, 5), 512, 5898240);
                             if (xl_failed(err)) return err;
                             xl_shadow_add(xw, xl_word_of(&sh, &sh.kv_orphans[xl_i]), xl_word_bits(xl_v));
                         }
                     }
                 }
-                r.kv_pages[k] = -1;
+                {
+                    const int32_t xl_v = -1;
+                    const int32_t xl_i = xl_idx(err, 1, 319, k, 256, 2359296);
+                    if (xl_failed(err)) return err;
+                    r.kv_pages[xl_i] = xl_v;
+                }
             } else if ((pg >= 0) && (k >= r.kv_borrowed)) {
-                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 297, pg, 16384, 4390912)], PageKind::COMMITTED));
+                [[maybe_unused]] bool committed = ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 321, pg, 16384, 4718592)], PageKind::COMMITTED));
                 if (xl_failed(err)) return err;
                 [[maybe_unused]] int32_t in_page = (committed ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0);
-                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 299, pg, 16384, 4653056)]);
+                const bool xl_c4 = xl_ne(in_page, sh.page_used[xl_idx(err, 1, 323, pg, 16384, 4980736)]);
                 if (xl_failed(err)) return err;
                 if (xl_c4) {
-                    {
-                        const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 300, pg, 16384, 4653056)]));
-                        if (xl_failed(err)) return err;
-                        d_used = xl_v;
+                    if (!counted) {
+                        {
+                            const int32_t xl_v = xl_add(d_used, xl_sub(in_page, sh.page_used[xl_idx(err, 1, 325, pg, 16384, 4980736)]));
+                            if (xl_failed(err)) return err;
+                            d_used = xl_v;
+                        }
                     }
                     {
                         const int32_t xl_v = in_page;
-                        const int32_t xl_i = xl_idx(err, 1, 301, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 327, pg, 16384, 4980736);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                 }
-                if (committed) {
-                    own_committed = xl_add(own_committed, 1);
-                } else {
-                    own_draft = xl_add(own_draft, 1);
+                if (!counted) {
+                    if (committed) {
+                        own_committed = xl_add(own_committed, 1);
+                    } else {
+                        own_draft = xl_add(own_draft, 1);
+                    }
                 }
             }
         }
@@ -1412,7 +1488,7 @@ XL_DEVICE void trace_kv_manage(uint32_t* w, const Request& r) {
     w[6] = (uint32_t)(r.kv_ready);
 }
 
-// stages/kv.xl:359: collective kv_collect
+// stages/kv.xl:387: collective kv_collect
 XL_DEVICE bool guard_kv_collect(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_pending > 0));
 }
@@ -1460,7 +1536,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t
         [[maybe_unused]] int32_t me = xl_from_bits<int32_t>(xl_in[0]);
         [[maybe_unused]] int32_t sweepers = xl_from_bits<int32_t>(xl_in[1 * xl_stride]);
         [[maybe_unused]] int32_t words = xl_div_nz(xl_add(sh.kv_fresh, 31), 32);
-        [[maybe_unused]] int32_t share = xl_div(err, 1, 363, xl_sub(xl_add(words, sweepers), 1), sweepers);
+        [[maybe_unused]] int32_t share = xl_div(err, 1, 391, xl_sub(xl_add(words, sweepers), 1), sweepers);
         if (xl_failed(err)) return err;
         [[maybe_unused]] int32_t dead = 0;
         for (int32_t q = 0; q < 512; ++q) {
@@ -1468,12 +1544,12 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t
             if ((q >= share) || (w >= words)) {
                 break;
             }
-            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 370, w, 512, 5570560)];
+            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 398, w, 512, 5898240)];
             if (xl_failed(err)) return err;
             if (xl_ne(bits, 0u)) {
                 for (int32_t b = 0; b < 32; ++b) {
                     [[maybe_unused]] int32_t pg = xl_add(xl_mul(w, 32), b);
-                    const bool xl_c1 = xl_ne(xl_band(xl_shr(err, 1, 374, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 374, pg, 16384, 4456448)], 0);
+                    const bool xl_c1 = xl_ne(xl_band(xl_shr(err, 1, 402, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 402, pg, 16384, 4784128)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c1) {
                         dead = xl_add(dead, 1);
@@ -1513,53 +1589,53 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t
             if ((q >= share) || (w >= words)) {
                 break;
             }
-            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 389, w, 512, 5570560)];
+            [[maybe_unused]] uint32_t bits = sh.kv_orphans[xl_idx(err, 1, 417, w, 512, 5898240)];
             if (xl_failed(err)) return err;
             if (xl_ne(bits, 0u)) {
                 [[maybe_unused]] uint32_t left = bits;
                 for (int32_t b = 0; b < 32; ++b) {
                     [[maybe_unused]] int32_t pg = xl_add(xl_mul(w, 32), b);
-                    const bool xl_c2 = xl_ne(xl_band(xl_shr(err, 1, 394, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 394, pg, 16384, 4456448)], 0);
+                    const bool xl_c2 = xl_ne(xl_band(xl_shr(err, 1, 422, bits, b), 1u), 0u) && xl_eq(sh.page_refs[xl_idx(err, 2, 422, pg, 16384, 4784128)], 0);
                     if (xl_failed(err)) return err;
                     if (xl_c2) {
                         {
-                            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 395, pg, 16384, 4521984)], 1);
-                            const int32_t xl_i = xl_idx(err, 2, 395, pg, 16384, 4521984);
+                            const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 423, pg, 16384, 4849664)], 1);
+                            const int32_t xl_i = xl_idx(err, 2, 423, pg, 16384, 4849664);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = PageKind::FREE;
-                            const int32_t xl_i = xl_idx(err, 1, 396, pg, 16384, 4390912);
+                            const int32_t xl_i = xl_idx(err, 1, 424, pg, 16384, 4718592);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = -1;
-                            const int32_t xl_i = xl_idx(err, 1, 397, pg, 16384, 4325376);
+                            const int32_t xl_i = xl_idx(err, 1, 425, pg, 16384, 4653056);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                         }
                         {
-                            const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 398, pg, 16384, 4653056)]);
+                            const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 426, pg, 16384, 4980736)]);
                             if (xl_failed(err)) return err;
                             used = xl_v;
                         }
                         {
                             const int32_t xl_v = 0;
-                            const int32_t xl_i = xl_idx(err, 1, 399, pg, 16384, 4653056);
+                            const int32_t xl_i = xl_idx(err, 1, 427, pg, 16384, 4980736);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                         }
                         {
                             const int32_t xl_v = pg;
-                            const int32_t xl_i = xl_idx(err, 1, 400, slot, 16384, 4718592);
+                            const int32_t xl_i = xl_idx(err, 1, 428, slot, 16384, 5046272);
                             if (xl_failed(err)) return err;
                             xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                         }
                         slot = xl_add(slot, 1);
                         {
-                            const uint32_t xl_v = xl_band(left, (~xl_shl(err, 1, 402, 1u, b)));
+                            const uint32_t xl_v = xl_band(left, (~xl_shl(err, 1, 430, 1u, b)));
                             if (xl_failed(err)) return err;
                             left = xl_v;
                         }
@@ -1568,7 +1644,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t
                 if (xl_ne(left, bits)) {
                     {
                         const uint32_t xl_v = left;
-                        const int32_t xl_i = xl_idx(err, 1, 406, w, 512, 5570560);
+                        const int32_t xl_i = xl_idx(err, 1, 434, w, 512, 5898240);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_orphans[xl_i]), xl_word_bits(xl_v));
                     }
@@ -1612,7 +1688,7 @@ XL_DEVICE XlErr stage_kv_collect(int32_t xl_seg, const uint32_t* xl_in, uint32_t
     return err;
 }
 
-// stages/kv.xl:431: collective kv_evict
+// stages/kv.xl:459: collective kv_evict
 XL_DEVICE bool guard_kv_evict(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     return (p.kv_cache && (sh.kv_evict_short > 0));
 }
@@ -1651,7 +1727,7 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, const uint32_t* xl_in, uint32_t* 
                     break;
                 }
                 [[maybe_unused]] int32_t pg = r.kv_pages[k];
-                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 439, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 439, pg, 16384, 4456448)], 1);
+                const bool xl_c1 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 467, pg, 16384, 4718592)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 467, pg, 16384, 4784128)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c1) {
                     eligible = xl_add(eligible, 1);
@@ -1739,55 +1815,55 @@ XL_DEVICE XlErr stage_kv_evict(int32_t xl_seg, const uint32_t* xl_in, uint32_t* 
                 if ((k < 0) || (n >= sh.kv_evict_short)) {
                     break;
                 }
-                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 463, k, 256, 2359296)];
+                [[maybe_unused]] int32_t pg = r.kv_pages[xl_idx(err, 1, 491, k, 256, 2359296)];
                 if (xl_failed(err)) return err;
-                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 464, pg, 16384, 4390912)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 464, pg, 16384, 4456448)], 1);
+                const bool xl_c2 = (((pg >= 0) && (k >= r.kv_borrowed)) && xl_eq(sh.page_kind[xl_idx(err, 1, 492, pg, 16384, 4718592)], PageKind::COMMITTED)) && xl_eq(sh.page_refs[xl_idx(err, 2, 492, pg, 16384, 4784128)], 1);
                 if (xl_failed(err)) return err;
                 if (xl_c2) {
                     {
-                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 465, pg, 16384, 4521984)], 1);
-                        const int32_t xl_i = xl_idx(err, 2, 465, pg, 16384, 4521984);
+                        const int32_t xl_v = xl_add(sh.page_gen[xl_idx(err, 1, 493, pg, 16384, 4849664)], 1);
+                        const int32_t xl_i = xl_idx(err, 2, 493, pg, 16384, 4849664);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_gen[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = PageKind::FREE;
-                        const int32_t xl_i = xl_idx(err, 1, 466, pg, 16384, 4390912);
+                        const int32_t xl_i = xl_idx(err, 1, 494, pg, 16384, 4718592);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_kind[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 467, pg, 16384, 4325376);
+                        const int32_t xl_i = xl_idx(err, 1, 495, pg, 16384, 4653056);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_owner[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 468, pg, 16384, 4456448);
+                        const int32_t xl_i = xl_idx(err, 1, 496, pg, 16384, 4784128);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_refs[xl_i]), xl_word_bits(xl_v));
                     }
                     {
-                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 469, pg, 16384, 4653056)]);
+                        const int32_t xl_v = xl_add(used, sh.page_used[xl_idx(err, 1, 497, pg, 16384, 4980736)]);
                         if (xl_failed(err)) return err;
                         used = xl_v;
                     }
                     {
                         const int32_t xl_v = 0;
-                        const int32_t xl_i = xl_idx(err, 1, 470, pg, 16384, 4653056);
+                        const int32_t xl_i = xl_idx(err, 1, 498, pg, 16384, 4980736);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.page_used[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = pg;
-                        const int32_t xl_i = xl_idx(err, 1, 471, xl_add(sh.kv_free_top, n), 16384, 4718592);
+                        const int32_t xl_i = xl_idx(err, 1, 499, xl_add(sh.kv_free_top, n), 16384, 5046272);
                         if (xl_failed(err)) return err;
                         xl_shadow_put(xw, xl_word_of(&sh, &sh.kv_free_stack[xl_i]), xl_word_bits(xl_v));
                     }
                     {
                         const int32_t xl_v = -1;
-                        const int32_t xl_i = xl_idx(err, 1, 472, k, 256, 2359296);
+                        const int32_t xl_i = xl_idx(err, 1, 500, k, 256, 2359296);
                         if (xl_failed(err)) return err;
                         r.kv_pages[xl_i] = xl_v;
                     }
@@ -1953,14 +2029,14 @@ struct Stage_kv_plan {
     }
 };
 
-// stages/kv.xl:124: collective stage kv_manage
+// stages/kv.xl:137: collective stage kv_manage
 struct Stage_kv_manage {
     static constexpr uint32_t stage = 5u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_manage(err, r, sh, p, id);
     }
     using Frame = Frame_kv_manage;
-    static constexpr int32_t line = 124, groups = 3;
+    static constexpr int32_t line = 137, groups = 3;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {
@@ -1986,14 +2062,14 @@ struct Stage_kv_manage {
     }
 };
 
-// stages/kv.xl:359: collective stage kv_collect
+// stages/kv.xl:387: collective stage kv_collect
 struct Stage_kv_collect {
     static constexpr uint32_t stage = 6u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_collect(err, r, sh, p, id);
     }
     using Frame = Frame_kv_collect;
-    static constexpr int32_t line = 359, groups = 2;
+    static constexpr int32_t line = 387, groups = 2;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {
@@ -2017,14 +2093,14 @@ struct Stage_kv_collect {
     }
 };
 
-// stages/kv.xl:431: collective stage kv_evict
+// stages/kv.xl:459: collective stage kv_evict
 struct Stage_kv_evict {
     static constexpr uint32_t stage = 7u;
     XL_DEVICE static bool guard(XlErr& err, const Request& r, const Shared& sh, const Params& p, int32_t id) {
         return guard_kv_evict(err, r, sh, p, id);
     }
     using Frame = Frame_kv_evict;
-    static constexpr int32_t line = 431, groups = 3;
+    static constexpr int32_t line = 459, groups = 3;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {

@@ -88,7 +88,7 @@ class Params:
 
 
 class Request:
-    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'plain_steps', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_cp', 'kv_tp', 'kv_committed_tok', 'kv_missing_committed', 'kv_need', 'kv_drafts', 'kv_drafts_above_tp', 'kv_convert_lo', 'kv_convert_hi', )
+    __slots__ = ("xl_id", 'prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'state', 'req_flags', 'prefill_tokens', 'token_limit', 'out_tokens', 'n_out', 'last_token', 'current_block_size', 'ema_acceptance_rate', 'plain_steps', 'draft_len', 'draft_tokens', 'target_tokens', 'accepted_prefix_len', 'total_proposed', 'total_accepted', 'iterations', 'last_commit_len', 'seed', 'profile', 'base_acceptance', 'shared_prefix_len', 'kv_pages', 'kv_gens', 'kv_held', 'kv_borrowed', 'kv_want', 'kv_ready', 'kv_committed_pages', 'kv_draft_pages', 'kv_prev_tick', 'kv_forced_pressure', 'kv_last_served', 'kv_oversize', 'kv_hits', 'kv_misses', 'kv_miss_pages', 'kv_waits', 'kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_cp', 'kv_tp', 'kv_committed_tok', 'kv_missing_committed', 'kv_need', 'kv_drafts', 'kv_drafts_above_tp', 'kv_convert_lo', 'kv_convert_hi', 'kv_kept_committed', 'kv_kept_draft', 'kv_kept_used_change', 'kv_walk_lo', 'kv_walk_hi', )
 
 
 class Shared:
@@ -98,7 +98,7 @@ class Shared:
 
 
 # (xl name, attribute, word kind, count, is_array) in struct order; see xlgen/backends/layout.py.
-REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False), ('kv_cp', 'kv_cp', 'i', 1, False), ('kv_tp', 'kv_tp', 'i', 1, False), ('kv_committed_tok', 'kv_committed_tok', 'i', 1, False), ('kv_missing_committed', 'kv_missing_committed', 'i', 1, False), ('kv_need', 'kv_need', 'i', 1, False), ('kv_drafts', 'kv_drafts', 'i', 1, False), ('kv_drafts_above_tp', 'kv_drafts_above_tp', 'i', 1, False), ('kv_convert_lo', 'kv_convert_lo', 'i', 1, False), ('kv_convert_hi', 'kv_convert_hi', 'i', 1, False)]
+REQUEST_LAYOUT = [('prompt_len', 'prompt_len', 'i', 1, False), ('max_new_tokens', 'max_new_tokens', 'i', 1, False), ('priority', 'priority', 'i', 1, False), ('graft_source_id', 'graft_source_id', 'i', 1, False), ('state', 'state', 'i', 1, False), ('req_flags', 'req_flags', 'u', 1, False), ('prefill_tokens', 'prefill_tokens', 'i', 1, False), ('token_limit', 'token_limit', 'i', 1, False), ('out_tokens', 'out_tokens', 'i', 512, True), ('n_out', 'n_out', 'i', 1, False), ('last_token', 'last_token', 'i', 1, False), ('current_block_size', 'current_block_size', 'i', 1, False), ('ema_acceptance_rate', 'ema_acceptance_rate', 'f', 1, False), ('plain_steps', 'plain_steps', 'i', 1, False), ('draft_len', 'draft_len', 'i', 1, False), ('draft_tokens', 'draft_tokens', 'i', 128, True), ('target_tokens', 'target_tokens', 'i', 129, True), ('accepted_prefix_len', 'accepted_prefix_len', 'i', 1, False), ('total_proposed', 'total_proposed', 'i', 1, False), ('total_accepted', 'total_accepted', 'i', 1, False), ('iterations', 'iterations', 'i', 1, False), ('last_commit_len', 'last_commit_len', 'i', 1, False), ('seed', 'seed', 'u', 1, False), ('profile', 'profile', 'i', 1, False), ('base_acceptance', 'base_acceptance', 'f', 1, False), ('shared_prefix_len', 'shared_prefix_len', 'i', 1, False), ('kv_pages', 'kv_pages', 'i', 256, True), ('kv_gens', 'kv_gens', 'i', 256, True), ('kv_held', 'kv_held', 'i', 1, False), ('kv_borrowed', 'kv_borrowed', 'i', 1, False), ('kv_want', 'kv_want', 'i', 1, False), ('kv_ready', 'kv_ready', 'u', 1, False), ('kv_committed_pages', 'kv_committed_pages', 'i', 1, False), ('kv_draft_pages', 'kv_draft_pages', 'i', 1, False), ('kv_prev_tick', 'kv_prev_tick', 'i', 1, False), ('kv_forced_pressure', 'kv_forced_pressure', 'u', 1, False), ('kv_last_served', 'kv_last_served', 'i', 1, False), ('kv_oversize', 'kv_oversize', 'u', 1, False), ('kv_hits', 'kv_hits', 'i', 1, False), ('kv_misses', 'kv_misses', 'i', 1, False), ('kv_miss_pages', 'kv_miss_pages', 'i', 1, False), ('kv_waits', 'kv_waits', 'i', 1, False), ('kv_snap_live', 'kv_snap_live', 'i', 1, False), ('kv_snap_committed', 'kv_snap_committed', 'i', 1, False), ('kv_snap_draft', 'kv_snap_draft', 'i', 1, False), ('kv_snap_free', 'kv_snap_free', 'i', 1, False), ('kv_snap_used', 'kv_snap_used', 'i', 1, False), ('kv_cp', 'kv_cp', 'i', 1, False), ('kv_tp', 'kv_tp', 'i', 1, False), ('kv_committed_tok', 'kv_committed_tok', 'i', 1, False), ('kv_missing_committed', 'kv_missing_committed', 'i', 1, False), ('kv_need', 'kv_need', 'i', 1, False), ('kv_drafts', 'kv_drafts', 'i', 1, False), ('kv_drafts_above_tp', 'kv_drafts_above_tp', 'i', 1, False), ('kv_convert_lo', 'kv_convert_lo', 'i', 1, False), ('kv_convert_hi', 'kv_convert_hi', 'i', 1, False), ('kv_kept_committed', 'kv_kept_committed', 'i', 1, False), ('kv_kept_draft', 'kv_kept_draft', 'i', 1, False), ('kv_kept_used_change', 'kv_kept_used_change', 'i', 1, False), ('kv_walk_lo', 'kv_walk_lo', 'i', 1, False), ('kv_walk_hi', 'kv_walk_hi', 'i', 1, False)]
 SHARED_LAYOUT = [('page_owner', 'page_owner', 'i', 16384, True), ('page_kind', 'page_kind', 'i', 16384, True), ('page_refs', 'page_refs', 'i', 16384, True), ('page_gen', 'page_gen', 'i', 16384, True), ('page_slot', 'page_slot', 'i', 16384, True), ('page_used', 'page_used', 'i', 16384, True), ('kv_free_stack', 'kv_free_stack', 'i', 16384, True), ('kv_free_top', 'kv_free_top', 'i', 1, False), ('kv_fresh', 'kv_fresh', 'i', 1, False), ('kv_tick', 'kv_tick', 'i', 1, False), ('kv_last_progress', 'kv_last_progress', 'i', 1, False), ('kv_live', 'kv_live', 'i', 1, False), ('kv_committed', 'kv_committed', 'i', 1, False), ('kv_draft', 'kv_draft', 'i', 1, False), ('kv_used_tokens', 'kv_used_tokens', 'i', 1, False), ('kv_evict_decode', 'kv_evict_decode', 'i', 1, False), ('kv_evict_recompute', 'kv_evict_recompute', 'i', 1, False), ('kv_yields', 'kv_yields', 'i', 1, False), ('kv_pending', 'kv_pending', 'i', 1, False), ('kv_orphans', 'kv_orphans', 'u', 512, True), ('kv_evictor', 'kv_evictor', 'i', 1, False), ('kv_evict_short', 'kv_evict_short', 'i', 1, False), ('kv_evict_for_committed', 'kv_evict_for_committed', 'u', 1, False)]
 # (xl name, attribute, element word, dims) of each pool.
 POOLS = []
@@ -163,6 +163,11 @@ def init_request(req_id, p):
     r.kv_drafts_above_tp = 0
     r.kv_convert_lo = 0
     r.kv_convert_hi = 0
+    r.kv_kept_committed = 0
+    r.kv_kept_draft = 0
+    r.kv_kept_used_change = 0
+    r.kv_walk_lo = 0
+    r.kv_walk_hi = 0
     return r
 
 
@@ -345,7 +350,7 @@ def fn_pages_for(p, tokens, pt):
     return div_i32(wrap_i32(wrap_i32(max_(tokens, 0) + pt) - 1), pt)  # @xl:56
 
 
-# stages/kv.xl:351
+# stages/kv.xl:379
 def fn_kv_yields_any(p, served, last_progress, now, stalled_holder):
     return (((served == 0) and (last_progress < wrap_i32(now - 1))) and (stalled_holder != 2147483647))
 
@@ -527,7 +532,7 @@ def stage_kv_plan(r, sh, p):
         need = xl_pieces.result()  # @xl:111
     xl_lo, xl_hi = 0, span  # @xl:112
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:112
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:112
         drafts = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -536,12 +541,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)], 16384, 112, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 112, 2359296)], 16384, 112, 4718592)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
         drafts = xl_pieces.result()  # @xl:112
     xl_lo, xl_hi = 0, span  # @xl:113
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= max_(cp, tp))) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:113
+        xl_vals = [(1 if (((((k < held) and (k >= own_from)) and (k >= max_(cp, tp))) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] != PageKind.COMMITTED)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:113
         drafts_above_tp = reduce_list(xl_vals, xl_lo, I32, 'sum')
     else:
         xl_pieces = Pieces('sum', I32)
@@ -550,12 +555,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= v_max(I32(cp), I32(tp)))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)], 16384, 113, 4390912)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k >= v_max(I32(cp), I32(tp)))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 113, 2359296)], 16384, 113, 4718592)] != I32(PageKind.COMMITTED))), lambda: I32(1), lambda: I32(0))
             xl_pieces.add(xl_L, xl_v)
         drafts_above_tp = xl_pieces.result()  # @xl:113
     xl_lo, xl_hi = 0, span  # @xl:114
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:114
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.DRAFT)) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:114
         convert_lo = reduce_list(xl_vals, xl_lo, I32, 'min')
     else:
         xl_pieces = Pieces('min', I32)
@@ -564,12 +569,12 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)], 16384, 114, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(MAX_REQ_PAGES))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 114, 2359296)], 16384, 114, 4718592)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(MAX_REQ_PAGES))
             xl_pieces.add(xl_L, xl_v)
         convert_lo = xl_pieces.result()  # @xl:114
     xl_lo, xl_hi = 0, span  # @xl:115
     if use_scalar(xl_hi - xl_lo):
-        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4390912)] == PageKind.DRAFT)) else -1) for k in range(xl_lo, xl_hi)]  # @xl:115
+        xl_vals = [(k if (((((k < held) and (k >= own_from)) and (k < cp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.DRAFT)) else -1) for k in range(xl_lo, xl_hi)]  # @xl:115
         convert_hi = reduce_list(xl_vals, xl_lo, I32, 'max')
     else:
         xl_pieces = Pieces('max', I32)
@@ -578,18 +583,82 @@ def stage_kv_plan(r, sh, p):
         for xl_L in lane_chunks(xl_lo, xl_hi):
             with np.errstate(all='ignore'):
                 k = xl_L.index
-                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)], 16384, 115, 4390912)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(-1))
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k < I32(held)), lambda: (k >= I32(own_from))), lambda: (k < I32(cp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)] >= I32(0))), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 115, 2359296)], 16384, 115, 4718592)] == I32(PageKind.DRAFT))), lambda: k, lambda: I32(-1))
             xl_pieces.add(xl_L, xl_v)
         convert_hi = xl_pieces.result()  # @xl:115
+    xl_lo, xl_hi = 0, span  # @xl:120
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(1 if (((((k >= own_from) and (k < held)) and (k < tp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) and ((k < cp) or (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.COMMITTED))) else 0) for k in range(xl_lo, xl_hi)]  # @xl:120
+        kept_committed = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k >= I32(own_from)), lambda: (k < I32(held))), lambda: (k < I32(tp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 120, 2359296)] >= I32(0))), lambda: v_or(xl_L, (k < I32(cp)), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 120, 2359296)], 16384, 120, 4718592)] == I32(PageKind.COMMITTED)))), lambda: I32(1), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        kept_committed = xl_pieces.result()  # @xl:120
+    xl_lo, xl_hi = 0, span  # @xl:121
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(wrap_i32((clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if ((k < cp) or (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.COMMITTED)) else 0) - sh.page_used[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4980736)]) if ((((k >= own_from) and (k < held)) and (k < tp)) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0)) else 0) for k in range(xl_lo, xl_hi)]  # @xl:121
+        used_change = reduce_list(xl_vals, xl_lo, I32, 'sum')
+    else:
+        xl_pieces = Pieces('sum', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        xl_a_page_used = np.array(sh.page_used, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_and(xl_L, v_and(xl_L, v_and(xl_L, (k >= I32(own_from)), lambda: (k < I32(held))), lambda: (k < I32(tp))), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 121, 2359296)] >= I32(0))), lambda: (v_select(xl_L, v_or(xl_L, (k < I32(cp)), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 121, 2359296)], 16384, 121, 4718592)] == I32(PageKind.COMMITTED))), lambda: v_clamp((I32(committed_tok) - (k * I32(pt))), I32(0), I32(pt)), lambda: I32(0)) - xl_a_page_used[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 121, 2359296)], 16384, 121, 4980736)]), lambda: I32(0))
+            xl_pieces.add(xl_L, xl_v)
+        used_change = xl_pieces.result()  # @xl:121
+    xl_lo, xl_hi = 0, span  # @xl:122
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(k if ((((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) or ((k >= own_from) and ((clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if ((k < cp) or (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.COMMITTED)) else 0) != sh.page_used[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4980736)]))) if (k < tp) else ((k < held) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0))) else MAX_REQ_PAGES) for k in range(xl_lo, xl_hi)]  # @xl:122
+        walk_lo = reduce_list(xl_vals, xl_lo, I32, 'min')
+    else:
+        xl_pieces = Pieces('min', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        xl_a_page_used = np.array(sh.page_used, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_select(xl_L, (k < I32(tp)), lambda: v_or(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 122, 2359296)] < I32(0))), lambda: v_and(xl_L, (k >= I32(own_from)), lambda: (v_select(xl_L, v_or(xl_L, (k < I32(cp)), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 122, 2359296)], 16384, 122, 4718592)] == I32(PageKind.COMMITTED))), lambda: v_clamp((I32(committed_tok) - (k * I32(pt))), I32(0), I32(pt)), lambda: I32(0)) != xl_a_page_used[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 122, 2359296)], 16384, 122, 4980736)]))), lambda: v_and(xl_L, (k < I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 122, 2359296)] >= I32(0)))), lambda: k, lambda: I32(MAX_REQ_PAGES))
+            xl_pieces.add(xl_L, xl_v)
+        walk_lo = xl_pieces.result()  # @xl:122
+    xl_lo, xl_hi = 0, span  # @xl:123
+    if use_scalar(xl_hi - xl_lo):
+        xl_vals = [(k if ((((k >= held) or (r.kv_pages[check_index(k, 256, 2359296)] < 0)) or ((k >= own_from) and ((clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if ((k < cp) or (sh.page_kind[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4718592)] == PageKind.COMMITTED)) else 0) != sh.page_used[check_index(r.kv_pages[check_index(k, 256, 2359296)], 16384, 4980736)]))) if (k < tp) else ((k < held) and (r.kv_pages[check_index(k, 256, 2359296)] >= 0))) else -1) for k in range(xl_lo, xl_hi)]  # @xl:123
+        walk_hi = reduce_list(xl_vals, xl_lo, I32, 'max')
+    else:
+        xl_pieces = Pieces('max', I32)
+        xl_a_kv_pages = np.array(r.kv_pages, dtype=I32)
+        xl_a_page_kind = np.array(sh.page_kind, dtype=I32)
+        xl_a_page_used = np.array(sh.page_used, dtype=I32)
+        for xl_L in lane_chunks(xl_lo, xl_hi):
+            with np.errstate(all='ignore'):
+                k = xl_L.index
+                xl_v = v_select(xl_L, v_select(xl_L, (k < I32(tp)), lambda: v_or(xl_L, v_or(xl_L, (k >= I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 123, 2359296)] < I32(0))), lambda: v_and(xl_L, (k >= I32(own_from)), lambda: (v_select(xl_L, v_or(xl_L, (k < I32(cp)), lambda: (xl_a_page_kind[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 123, 2359296)], 16384, 123, 4718592)] == I32(PageKind.COMMITTED))), lambda: v_clamp((I32(committed_tok) - (k * I32(pt))), I32(0), I32(pt)), lambda: I32(0)) != xl_a_page_used[v_idx(xl_L, xl_a_kv_pages[v_idx(xl_L, k, 256, 123, 2359296)], 16384, 123, 4980736)]))), lambda: v_and(xl_L, (k < I32(held)), lambda: (xl_a_kv_pages[v_idx(xl_L, k, 256, 123, 2359296)] >= I32(0)))), lambda: k, lambda: I32(-1))
+            xl_pieces.add(xl_L, xl_v)
+        walk_hi = xl_pieces.result()  # @xl:123
     r.kv_missing_committed = missing_committed
     r.kv_need = need
     r.kv_drafts = drafts
     r.kv_drafts_above_tp = drafts_above_tp
     r.kv_convert_lo = convert_lo
     r.kv_convert_hi = convert_hi
+    r.kv_kept_committed = kept_committed
+    r.kv_kept_draft = wrap_i32(drafts - drafts_above_tp)
+    r.kv_kept_used_change = used_change
+    r.kv_walk_lo = walk_lo
+    r.kv_walk_hi = walk_hi
 
 
-# stages/kv.xl:124: collective kv_manage
+# stages/kv.xl:137: collective kv_manage
 def guard_kv_manage(r, sh, p):
     return p.kv_cache
 
@@ -604,7 +673,7 @@ def stage_kv_manage(r, sh, p, xw):
     graft_wait = False
     grafted = False
     if (((((r.state == ReqState.PREFILL_READY) and (r.kv_held == 0)) and (not r.kv_oversize)) and (r.graft_source_id >= 0)) and (r.graft_source_id != r.xl_id)):
-        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:137
+        g = min_(div_i32(min_(r.shared_prefix_len, r.prompt_len), pt), wrap_i32(tp - 1))  # @xl:150
         if (g > 0):
             grafted = True
             for xl_p in range(0, 16384):
@@ -612,7 +681,7 @@ def stage_kv_manage(r, sh, p, xw):
                     break
                 if ((sh.page_owner[xl_p] == r.graft_source_id) and (sh.page_slot[xl_p] < g)):
                     if (sh.page_kind[xl_p] == PageKind.COMMITTED):
-                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:146
+                        r.kv_pages[check_index(sh.page_slot[xl_p], 256, 2359296)] = xl_p  # @xl:159
                     else:
                         graft_wait = True
             run = 0
@@ -623,8 +692,8 @@ def stage_kv_manage(r, sh, p, xw):
                     r.kv_pages[k] = -1
                 else:
                     run = wrap_i32(run + 1)
-                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 4456448))  # @xl:161
-                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 4521984)]  # @xl:162
+                    xw.add('page_refs', 1, wrap_i32, check_index(r.kv_pages[k], 16384, 4784128))  # @xl:174
+                    r.kv_gens[k] = sh.page_gen[check_index(r.kv_pages[k], 16384, 4849664)]  # @xl:175
             r.kv_borrowed = run
             r.kv_held = run
     missing_committed = r.kv_missing_committed
@@ -641,9 +710,9 @@ def stage_kv_manage(r, sh, p, xw):
         k = wrap_i32(r.kv_convert_lo + i)
         if (k > r.kv_convert_hi):
             break
-        pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:192
-        if ((pg >= 0) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.DRAFT)):  # @xl:193
-            xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 4390912))  # @xl:194
+        pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:205
+        if ((pg >= 0) and (sh.page_kind[check_index(pg, 16384, 4718592)] == PageKind.DRAFT)):  # @xl:206
+            xw.put('page_kind', PageKind.COMMITTED, check_index(pg, 16384, 4718592))  # @xl:207
             d_draft = wrap_i32(d_draft - 1)
             d_committed = wrap_i32(d_committed + 1)
     if (((r.state == ReqState.DECODE_READY) and (r.kv_held > 0)) and (missing_committed == 0)):
@@ -674,22 +743,29 @@ def stage_kv_manage(r, sh, p, xw):
     t = before
     held = r.kv_held
     released_committed = 0
-    own_committed = 0
-    own_draft = 0
-    for k in range(0, 256):
-        if ((k >= held) and (k >= tp)):
+    narrow = (ok and (not grafted))
+    walk_lo = (r.kv_walk_lo if narrow else 0)
+    walk_hi = (r.kv_walk_hi if narrow else 255)
+    own_committed = (r.kv_kept_committed if narrow else 0)
+    own_draft = (r.kv_kept_draft if narrow else 0)
+    if narrow:
+        d_used = wrap_i32(d_used + r.kv_kept_used_change)
+    for i in range(0, 256):
+        k = wrap_i32(walk_lo + i)
+        if ((k > walk_hi) or ((k >= held) and (k >= tp))):
             break
-        pg = (r.kv_pages[k] if (k < held) else -1)
+        pg = (r.kv_pages[check_index(k, 256, 2359296)] if (k < held) else -1)  # @xl:273
+        counted = (narrow and (pg >= 0))
         if ((ok and (k < tp)) and (pg < 0)):
-            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 4718592)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:252
+            pg = (sh.kv_free_stack[check_index(wrap_i32(wrap_i32(sh.kv_free_top - 1) - t), 16384, 5046272)] if (t < sh.kv_free_top) else wrap_i32(wrap_i32(sh.kv_fresh + t) - sh.kv_free_top))  # @xl:276
             t = wrap_i32(t + 1)
-            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:254
-            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 4325376))  # @xl:255
-            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 4456448))  # @xl:256
-            xw.put('page_slot', k, check_index(pg, 16384, 4587520))  # @xl:257
-            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 4390912))  # @xl:258
-            r.kv_pages[k] = pg
-            r.kv_gens[k] = wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1)  # @xl:260
+            xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4849664)] + 1), check_index(pg, 16384, 4849664))  # @xl:278
+            xw.put('page_owner', r.xl_id, check_index(pg, 16384, 4653056))  # @xl:279
+            xw.add('page_refs', 1, wrap_i32, check_index(pg, 16384, 4784128))  # @xl:280
+            xw.put('page_slot', k, check_index(pg, 16384, 4915200))  # @xl:281
+            xw.put('page_kind', (PageKind.COMMITTED if (k < cp) else PageKind.DRAFT), check_index(pg, 16384, 4718592))  # @xl:282
+            r.kv_pages[check_index(k, 256, 2359296)] = pg  # @xl:283
+            r.kv_gens[check_index(k, 256, 2424832)] = wrap_i32(sh.page_gen[check_index(pg, 16384, 4849664)] + 1)  # @xl:284
             d_live = wrap_i32(d_live + 1)
             if (k < cp):
                 d_committed = wrap_i32(d_committed + 1)
@@ -699,34 +775,36 @@ def stage_kv_manage(r, sh, p, xw):
         if ((k >= keep) and (pg >= 0)):
             if (k >= r.kv_borrowed):
                 r.kv_miss_pages = wrap_i32(r.kv_miss_pages + (1 if ((keep == 0) and (k < cp)) else 0))
-            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 4456448))  # @xl:273
-            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 4390912)] != PageKind.COMMITTED)):  # @xl:274
+            xw.add('page_refs', wrap_i32(-1), wrap_i32, check_index(pg, 16384, 4784128))  # @xl:297
+            if (((k >= r.kv_borrowed) and (k >= cp)) and (sh.page_kind[check_index(pg, 16384, 4718592)] != PageKind.COMMITTED)):  # @xl:298
                 d_draft = wrap_i32(d_draft - 1)
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:277
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:278
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:279
-                if (sh.page_used[check_index(pg, 16384, 4653056)] != 0):  # @xl:280
-                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:281
-                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:282
-                xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:284
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4849664)] + 1), check_index(pg, 16384, 4849664))  # @xl:301
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4718592))  # @xl:302
+                xw.put('page_owner', -1, check_index(pg, 16384, 4653056))  # @xl:303
+                if (sh.page_used[check_index(pg, 16384, 4980736)] != 0):  # @xl:304
+                    d_used = wrap_i32(d_used - sh.page_used[check_index(pg, 16384, 4980736)])  # @xl:305
+                    xw.put('page_used', 0, check_index(pg, 16384, 4980736))  # @xl:306
+                xw.put('kv_free_stack', pg, check_index(slot, 16384, 5046272))  # @xl:308
                 slot = wrap_i32(slot + 1)
                 d_live = wrap_i32(d_live - 1)
             else:
                 released_committed = wrap_i32(released_committed + 1)
                 if (k >= r.kv_borrowed):
-                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4325376))  # @xl:291
-                    xw.add('kv_orphans', shl_u32(1, (pg & 31)), wrap_u32, check_index(shr_i32(pg, 5), 512, 5570560))  # @xl:292
-            r.kv_pages[k] = -1
+                    xw.put('page_owner', ORPHAN, check_index(pg, 16384, 4653056))  # @xl:315
+                    xw.add('kv_orphans', shl_u32(1, (pg & 31)), wrap_u32, check_index(shr_i32(pg, 5), 512, 5898240))  # @xl:316
+            r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:319
         elif ((pg >= 0) and (k >= r.kv_borrowed)):
-            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED))  # @xl:297
+            committed = ((k < cp) or (sh.page_kind[check_index(pg, 16384, 4718592)] == PageKind.COMMITTED))  # @xl:321
             in_page = (clamp(wrap_i32(committed_tok - wrap_i32(k * pt)), 0, pt) if committed else 0)
-            if (in_page != sh.page_used[check_index(pg, 16384, 4653056)]):  # @xl:299
-                d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4653056)]))  # @xl:300
-                xw.put('page_used', in_page, check_index(pg, 16384, 4653056))  # @xl:301
-            if committed:
-                own_committed = wrap_i32(own_committed + 1)
-            else:
-                own_draft = wrap_i32(own_draft + 1)
+            if (in_page != sh.page_used[check_index(pg, 16384, 4980736)]):  # @xl:323
+                if (not counted):
+                    d_used = wrap_i32(d_used + wrap_i32(in_page - sh.page_used[check_index(pg, 16384, 4980736)]))  # @xl:325
+                xw.put('page_used', in_page, check_index(pg, 16384, 4980736))  # @xl:327
+            if (not counted):
+                if committed:
+                    own_committed = wrap_i32(own_committed + 1)
+                else:
+                    own_draft = wrap_i32(own_draft + 1)
     if (released_committed > 0):
         xw.add('kv_pending', released_committed, wrap_i32)
     r.kv_held = min_(r.kv_held, keep)
@@ -735,7 +813,7 @@ def stage_kv_manage(r, sh, p, xw):
         xw.put('kv_tick', now)
         xw.put('kv_free_top', wrap_i32(wrap_i32(sh.kv_free_top - popped) + pushed))
         xw.put('kv_fresh', wrap_i32(wrap_i32(sh.kv_fresh + taken) - popped))
-        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:319
+        if ((served > 0) or fn_kv_yields_any(p, served, sh.kv_last_progress, now, stalled_holder)):  # @xl:347
             xw.put('kv_last_progress', now)
     r.kv_committed_pages = own_committed
     r.kv_draft_pages = own_draft
@@ -762,7 +840,7 @@ def trace_kv_manage(r):
     return (((r.kv_snap_live) & 0xFFFFFFFF), ((r.kv_snap_committed) & 0xFFFFFFFF), ((r.kv_snap_draft) & 0xFFFFFFFF), ((r.kv_snap_free) & 0xFFFFFFFF), ((r.kv_snap_used) & 0xFFFFFFFF), ((r.kv_held) & 0xFFFFFFFF), int(r.kv_ready))
 
 
-# stages/kv.xl:359: collective kv_collect
+# stages/kv.xl:387: collective kv_collect
 def guard_kv_collect(r, sh, p):
     return (p.kv_cache and (sh.kv_pending > 0))
 
@@ -770,18 +848,18 @@ def guard_kv_collect(r, sh, p):
 def stage_kv_collect(r, sh, p, xw):
     me = yield ('scan', 'i', 1)
     sweepers = yield ('sum', 'i', 1)
-    words = div_i32(wrap_i32(sh.kv_fresh + 31), 32)  # @xl:362
-    share = div_i32(wrap_i32(wrap_i32(words + sweepers) - 1), sweepers)  # @xl:363
+    words = div_i32(wrap_i32(sh.kv_fresh + 31), 32)  # @xl:390
+    share = div_i32(wrap_i32(wrap_i32(words + sweepers) - 1), sweepers)  # @xl:391
     dead = 0
     for q in range(0, 512):
         w = wrap_i32(wrap_i32(me * share) + q)
         if ((q >= share) or (w >= words)):
             break
-        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:370
+        bits = sh.kv_orphans[check_index(w, 512, 5898240)]  # @xl:398
         if (bits != 0):
             for b in range(0, 32):
                 pg = wrap_i32(wrap_i32(w * 32) + b)
-                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:374
+                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4784128)] == 0)):  # @xl:402
                     dead = wrap_i32(dead + 1)
     at = yield ('scan', 'i', dead)
     total = yield ('sum', 'i', dead)
@@ -791,22 +869,22 @@ def stage_kv_collect(r, sh, p, xw):
         w = wrap_i32(wrap_i32(me * share) + q)
         if ((q >= share) or (w >= words)):
             break
-        bits = sh.kv_orphans[check_index(w, 512, 5570560)]  # @xl:389
+        bits = sh.kv_orphans[check_index(w, 512, 5898240)]  # @xl:417
         if (bits != 0):
             left = bits
             for b in range(0, 32):
                 pg = wrap_i32(wrap_i32(w * 32) + b)
-                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 0)):  # @xl:394
-                    xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:395
-                    xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:396
-                    xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:397
-                    used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:398
-                    xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:399
-                    xw.put('kv_free_stack', pg, check_index(slot, 16384, 4718592))  # @xl:400
+                if (((shr_u32(bits, b) & 1) != 0) and (sh.page_refs[check_index(pg, 16384, 4784128)] == 0)):  # @xl:422
+                    xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4849664)] + 1), check_index(pg, 16384, 4849664))  # @xl:423
+                    xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4718592))  # @xl:424
+                    xw.put('page_owner', -1, check_index(pg, 16384, 4653056))  # @xl:425
+                    used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4980736)])  # @xl:426
+                    xw.put('page_used', 0, check_index(pg, 16384, 4980736))  # @xl:427
+                    xw.put('kv_free_stack', pg, check_index(slot, 16384, 5046272))  # @xl:428
                     slot = wrap_i32(slot + 1)
-                    left = (left & (shl_u32(1, b) ^ 0xFFFFFFFF))  # @xl:402
+                    left = (left & (shl_u32(1, b) ^ 0xFFFFFFFF))  # @xl:430
             if (left != bits):
-                xw.put('kv_orphans', left, check_index(w, 512, 5570560))  # @xl:406
+                xw.put('kv_orphans', left, check_index(w, 512, 5898240))  # @xl:434
     if (dead > 0):
         xw.add('kv_committed', wrap_i32(-dead), wrap_i32)
         xw.add('kv_live', wrap_i32(-dead), wrap_i32)
@@ -816,7 +894,7 @@ def stage_kv_collect(r, sh, p, xw):
         xw.put('kv_pending', 0)
 
 
-# stages/kv.xl:431: collective kv_evict
+# stages/kv.xl:459: collective kv_evict
 def guard_kv_evict(r, sh, p):
     return (p.kv_cache and (sh.kv_evict_short > 0))
 
@@ -828,7 +906,7 @@ def stage_kv_evict(r, sh, p, xw):
             if (k >= r.kv_held):
                 break
             pg = r.kv_pages[k]
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:439
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4718592)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4784128)] == 1)):  # @xl:467
                 eligible = wrap_i32(eligible + 1)
     prio_key = (2147483647 if (eligible == 0) else (r.priority if (p.eviction_policy == 1) else 0))
     top_prio = yield ('min_of', 'i', prio_key)
@@ -847,16 +925,16 @@ def stage_kv_evict(r, sh, p, xw):
             k = wrap_i32(wrap_i32(r.kv_held - 1) - j)
             if ((k < 0) or (n >= sh.kv_evict_short)):
                 break
-            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:463
-            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4390912)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4456448)] == 1)):  # @xl:464
-                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4521984)] + 1), check_index(pg, 16384, 4521984))  # @xl:465
-                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4390912))  # @xl:466
-                xw.put('page_owner', -1, check_index(pg, 16384, 4325376))  # @xl:467
-                xw.put('page_refs', 0, check_index(pg, 16384, 4456448))  # @xl:468
-                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4653056)])  # @xl:469
-                xw.put('page_used', 0, check_index(pg, 16384, 4653056))  # @xl:470
-                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 4718592))  # @xl:471
-                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:472
+            pg = r.kv_pages[check_index(k, 256, 2359296)]  # @xl:491
+            if ((((pg >= 0) and (k >= r.kv_borrowed)) and (sh.page_kind[check_index(pg, 16384, 4718592)] == PageKind.COMMITTED)) and (sh.page_refs[check_index(pg, 16384, 4784128)] == 1)):  # @xl:492
+                xw.put('page_gen', wrap_i32(sh.page_gen[check_index(pg, 16384, 4849664)] + 1), check_index(pg, 16384, 4849664))  # @xl:493
+                xw.put('page_kind', PageKind.FREE, check_index(pg, 16384, 4718592))  # @xl:494
+                xw.put('page_owner', -1, check_index(pg, 16384, 4653056))  # @xl:495
+                xw.put('page_refs', 0, check_index(pg, 16384, 4784128))  # @xl:496
+                used = wrap_i32(used + sh.page_used[check_index(pg, 16384, 4980736)])  # @xl:497
+                xw.put('page_used', 0, check_index(pg, 16384, 4980736))  # @xl:498
+                xw.put('kv_free_stack', pg, check_index(wrap_i32(sh.kv_free_top + n), 16384, 5046272))  # @xl:499
+                r.kv_pages[check_index(k, 256, 2359296)] = -1  # @xl:500
                 n = wrap_i32(n + 1)
         xw.put('kv_free_top', wrap_i32(sh.kv_free_top + n))
         xw.add('kv_committed', wrap_i32(-n), wrap_i32)
@@ -882,8 +960,8 @@ STAGES = [
     ('spec_verify', 2, False, guard_spec_verify, stage_spec_verify, 1, trace_spec_verify, 'stage', 9, 'stages/verify.xl'),
     ('commit', 3, False, guard_commit, stage_commit, 2, trace_commit, 'stage', 6, 'stages/commit.xl'),
     ('kv_plan', 4, False, guard_kv_plan, stage_kv_plan, None, None, 'stage', 64, 'stages/kv.xl'),
-    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 124, 'stages/kv.xl'),
-    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 359, 'stages/kv.xl'),
-    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 431, 'stages/kv.xl'),
+    ('kv_manage', 5, True, guard_kv_manage, stage_kv_manage, 3, trace_kv_manage, 'collective', 137, 'stages/kv.xl'),
+    ('kv_collect', 6, True, guard_kv_collect, stage_kv_collect, None, None, 'collective', 387, 'stages/kv.xl'),
+    ('kv_evict', 7, True, guard_kv_evict, stage_kv_evict, None, None, 'collective', 459, 'stages/kv.xl'),
 ]
 TRACES = [(0, 'prefill', ('prompt_len', 'max_new_tokens', 'priority', 'graft_source_id', 'token_limit', 'current_block_size')), (1, 'spec_verify', ('accepted_prefix_len', 'current_block_size', 'ema_acceptance_rate')), (2, 'commit', ('n_out', 'last_commit_len', 'last_token', 'state')), (3, 'kv_manage', ('kv_snap_live', 'kv_snap_committed', 'kv_snap_draft', 'kv_snap_free', 'kv_snap_used', 'kv_held', 'kv_ready'))]

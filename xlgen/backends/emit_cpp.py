@@ -34,6 +34,11 @@ def _packed(names) -> str:
     return " | ".join(f"(uint32_t){n} << {4 * k}" for k, n in enumerate(names)) or "0u"
 
 
+def _greatest(s: ir.Reduce) -> str:
+    """Whether a max/min-like reduction keeps the greatest element, as C++."""
+    return "true" if s.op in ("max", "argmax") else "false"
+
+
 def _column(array: str, j: int) -> str:
     """Collective j's word of a segment's results or contributions (a column each, xl_stride apart)."""
     return f"{array}[{j} * xl_stride]" if j else f"{array}[0]"
@@ -229,9 +234,13 @@ class CppEmitter:
     def block(self, stmts, depth: int) -> list[str]:
         lines: list[str] = []
         previous = None
-        for s in stmts:
+        for run in ir.reduction_runs(stmts):
+            s = run[-1]
             self.after_lanes = isinstance(previous, ir.Lanes)
-            lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
+            if len(run) > 1:
+                lines.extend(self._reductions(run, depth))
+            else:
+                lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
             previous = s
         return lines
 
@@ -634,36 +643,68 @@ class CppEmitter:
         return lines
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
-        pad = IND * depth
+        return self._reductions([s], depth)
+
+    def _reductions(self, run: list[ir.Reduce], depth):
+        """One reduction (xl_reduce_sum, xl_reduce_best), or a run of them over one range taken
+        in one pass (ir.reduction_runs: an accumulator each, XlSumPass / XlBestPass, so what their
+        elements share is read once); the results, and their failures, in program order."""
+        pad, inner = IND * depth, IND * (depth + 1)
+        one = len(run) == 1
+        lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {{}};" for s in run]
+        lines += [f"{pad}{{", *self._lane_bounds(run[0], depth + 1)]
+        parts = [self._reduce_element(s, depth + 1 if one else depth + 2) for s in run]
+        if not one:
+            for k, (s, (_, _, t_args)) in enumerate(zip(run, parts)):
+                lines.append(f"{inner}XlSumPass<{t_args}> xl_p{k};" if s.op == "sum"
+                             else f"{inner}XlBestPass<{t_args}> xl_p{k}({_greatest(s)});")
+            lines.append(f"{inner}xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {{")
+            for k, (elem, _, _) in enumerate(parts):
+                lines += [f"{inner}{IND}xl_p{k}.add(xl_j, xl_l, {elem[0]}", *elem[1:-1], elem[-1] + ");"]
+            lines.append(f"{inner}}});")
+        for k, (s, (elem, level, t_args)) in enumerate(zip(run, parts)):
+            name, t, at = names.cpp(s.name), cpp_ops.value_type(s.value.type), "" if one else str(k)
+            if s.op == "sum":
+                if one:
+                    lines.append(f"{inner}{name} = xl_reduce_sum<{t_args}>(err, 1, xl_lo, xl_hi, {elem[0]}")
+                    lines += elem[1:-1] + [elem[-1] + ");"]
+                else:
+                    lines.append(f"{inner}{name} = xl_p{k}.finish(err, 1);")
+            else:
+                lines.append(f"{inner}{t} xl_best{at};")
+                if one:
+                    lines.append(f"{inner}const int64_t xl_at = xl_reduce_best<{t_args}>(err, 1, xl_lo, xl_hi, "
+                                 f"{_greatest(s)}, &xl_best, {elem[0]}")
+                    lines += elem[1:-1] + [elem[-1] + ");"]
+                else:
+                    lines.append(f"{inner}const int64_t xl_at{at} = xl_p{k}.finish(err, 1, &xl_best{at});")
+                result = (f"xl_best_index(xl_at{at})" if s.op.startswith("arg")
+                          else f"xl_best_value(xl_best{at}, xl_at{at}, {_greatest(s)})")
+                lines.append(f"{inner}{name} = {result};")
+            lines += self._bail_if(level, inner)  # (the bounds bailed out before)
+            if not one:
+                lines += self._line_mark(s, depth + 1)
+        lines.append(f"{pad}}}")
+        return lines + (self._line_mark(run[0], depth) if one else [])
+
+    def _reduce_element(self, s: ir.Reduce, depth):
+        """A reduction's element as a lambda of its variable (its first line to follow a call's
+        opening, its body one level deeper than `depth`, its brace at `depth`), the level at which
+        its elements may fail, and the accumulation's template arguments for that level."""
         t = cpp_ops.value_type(s.value.type)
-        lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {{}};", f"{pad}{{",
-                 *self._lane_bounds(s, depth + 1)]
 
         def element():
             self.bail = f"return {t}();"
             value = self.statement_expr(s.value, s.loc.line)
             return [f"[&](int32_t {names.cpp(s.var)}, XlErr& err) -> {t} {{",
-                    f"{pad}{IND * 2}(void)err;",
-                    f"{pad}{IND * 2}return {value};",
-                    f"{pad}{IND}}}"]
+                    f"{IND * (depth + 1)}(void)err;",
+                    f"{IND * (depth + 1)}return {value};",
+                    f"{IND * depth}}}"]
 
         elem = self._lane_body(element)
         # Elements that cannot fail: no error test per element (on the fast path, or always).
         level = self.raises(s.value)
-        t_args = {NEVER: f"{t}, false", CHECKED_COPY: f"{t}, XL_CHECKS(xl_chk)", ALWAYS: t}[level]
-        if s.op == "sum":
-            lines.append(f"{pad}{IND}{names.cpp(s.name)} = xl_reduce_sum<{t_args}>(err, 1, xl_lo, xl_hi, {elem[0]}")
-            lines += elem[1:-1] + [elem[-1] + ");"]
-        else:
-            greatest = "true" if s.op in ("max", "argmax") else "false"
-            lines.append(f"{pad}{IND}{t} xl_best;")
-            lines.append(f"{pad}{IND}const int64_t xl_at = xl_reduce_best<{t_args}>(err, 1, xl_lo, xl_hi, {greatest}, "
-                         f"&xl_best, {elem[0]}")
-            lines += elem[1:-1] + [elem[-1] + ");"]
-            result = "xl_best_index(xl_at)" if s.op.startswith("arg") else f"xl_best_value(xl_best, xl_at, {greatest})"
-            lines.append(f"{pad}{IND}{names.cpp(s.name)} = {result};")
-        lines += self._bail_if(level, pad + IND) + [f"{pad}}}"]  # (the bounds bailed out before)
-        return lines + self._line_mark(s, depth)
+        return elem, level, {NEVER: f"{t}, false", CHECKED_COPY: f"{t}, XL_CHECKS(xl_chk)", ALWAYS: t}[level]
 
     def stmt_Break(self, s, depth):
         return [IND * depth + "break;"]

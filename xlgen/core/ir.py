@@ -422,6 +422,28 @@ def collective_groups(body) -> tuple[list[list[Stmt]], list[list[Collective]]]:
     return segments, groups
 
 
+# Reductions that one pass takes together at most (each keeps its accumulator in registers).
+REDUCTION_RUN_MAX = 8
+
+
+def reduction_runs(stmts) -> list[list[Stmt]]:
+    """A block's statements in runs that one pass over the elements computes: reductions side by
+    side over the same range (equal bounds), where none reads an earlier one's result; every
+    other statement a run of its own. Elements only read, so taking the run's elements together
+    gives each reduction its own bits and its own first failing element; the results are then
+    taken in program order (docs/gpu.md, "Reductions side by side")."""
+    runs: list[list[Stmt]] = []
+    for st in stmts:
+        run = runs[-1] if runs else None
+        if (isinstance(st, Reduce) and run and isinstance(run[0], Reduce) and len(run) < REDUCTION_RUN_MAX
+                and (st.start, st.stop) == (run[0].start, run[0].stop)
+                and not (local_names(st.value) | local_names(st.start) | local_names(st.stop)) & {r.name for r in run}):
+            run.append(st)
+        else:
+            runs.append([st])
+    return runs
+
+
 @dataclass(frozen=True)
 class Accumulate(Stmt):
     """`s += e` / `s -= e` on shared state in a collective stage: every request's

@@ -1222,42 +1222,79 @@ XL_HD uint32_t xl_reduce_key(int32_t v) { return (uint32_t)v ^ 0x80000000u; }
 XL_HD uint32_t xl_reduce_key(uint32_t v) { return v; }
 XL_HD uint32_t xl_reduce_key(float v) { return xl_order_key(xl_float_bits(v), XL_WORD_F); }
 
+// The elements j of lo..hi as a warp's lanes take them, each(j, lane): on the GPU lane l takes
+// l, l + 32, ... (lane 0 of its own accumulators); the CPU build plays the 32 lanes one after
+// another. A reduction's accumulator (XlSumPass, XlBestPass) takes each element with add(j,
+// lane, elem) and gives the result with finish; several accumulators may share one pass (a run of
+// reductions over one range, emit_cpp.py), each with the bits and the error it has alone.
+#if XL_ON_GPU
+constexpr int32_t XL_PASS_LANES = 1;
+#else
+constexpr int32_t XL_PASS_LANES = XL_REDUCE_LANES;
+#endif
+template <typename Each>
+XL_DEVICE void xl_reduce_pass(int32_t lo, int32_t hi, Each each) {
+#if XL_ON_GPU
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) each(j, 0);
+#else
+    for (int32_t l = 0; l < XL_REDUCE_LANES; ++l)
+        for (int64_t j = (int64_t)lo + l; j < (int64_t)hi; j += XL_REDUCE_LANES) each(j, l);
+#endif
+}
+
+// An element's value, or false where it failed: then its lane takes no more elements (`stopped`)
+// and the lowest failing index is noted (the lanes' lowest: the statement's error).
+template <bool Check, typename T, typename Elem>
+XL_DEVICE bool xl_pass_element(int64_t j, int32_t lane, Elem& elem, XlLaneErr& first, int32_t& stopped, T& v) {
+    if (Check && stopped == lane) return false;
+    XlErr e = {0, 0, 0};
+    v = elem((int32_t)j, e);
+    if (Check && e.code) {
+        xl_lane_err_note(first, j, e);
+        stopped = lane;
+        return false;
+    }
+    return true;
+}
+
 // `sum(j in lo..hi: elem)`: lane l adds elements l, l + 32, ... in order (from -0.0 for f32),
 // then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1. Check false: no element can
 // fail (ranges.py proved it), so no error test per element and no error merge.
+template <typename T, bool Check = true>
+struct XlSumPass {
+    T part[XL_PASS_LANES];
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
+    int32_t stopped = -1;
+    XL_DEVICE XlSumPass() {
+        for (int l = 0; l < XL_PASS_LANES; ++l) part[l] = xl_sum_identity<T>();
+    }
+    template <typename Elem>
+    XL_DEVICE void add(int64_t j, int32_t lane, Elem&& elem) {
+        T v{};
+        if (xl_pass_element<Check>(j, lane, elem, first, stopped, v)) part[lane] = xl_sum_add(part[lane], v);
+    }
+    XL_DEVICE T finish(XlErr& err, int32_t key) {
+        if (Check) xl_lane_err_finish(err, key, first);
+#if XL_ON_GPU
+        T acc = part[0];
+        for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
+        return Check && err.code ? T(0) : acc;
+#else
+        for (int k = 16; k >= 1; k >>= 1) {
+            T next[XL_REDUCE_LANES];
+            for (int l = 0; l < XL_REDUCE_LANES; ++l) next[l] = xl_sum_add(part[l], part[l ^ k]);
+            for (int l = 0; l < XL_REDUCE_LANES; ++l) part[l] = next[l];
+        }
+        return Check && err.code ? T(0) : part[0];
+#endif
+    }
+};
+
 template <typename T, bool Check = true, typename Elem>
 XL_DEVICE T xl_reduce_sum(XlErr& err, int32_t key, int32_t lo, int32_t hi, Elem elem) {
-    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-#if XL_ON_GPU
-    T acc = xl_sum_identity<T>();
-    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-        XlErr e = {0, 0, 0};
-        const T v = elem((int32_t)j, e);
-        if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
-        acc = xl_sum_add(acc, v);
-    }
-    if (Check) xl_lane_err_finish(err, key, first);
-    for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
-    return Check && err.code ? T(0) : acc;
-#else
-    T part[XL_REDUCE_LANES];
-    for (int l = 0; l < XL_REDUCE_LANES; ++l) {
-        part[l] = xl_sum_identity<T>();
-        for (int64_t j = (int64_t)lo + l; j < (int64_t)hi; j += XL_REDUCE_LANES) {
-            XlErr e = {0, 0, 0};
-            const T v = elem((int32_t)j, e);
-            if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
-            part[l] = xl_sum_add(part[l], v);
-        }
-    }
-    if (Check) xl_lane_err_finish(err, key, first);
-    for (int k = 16; k >= 1; k >>= 1) {
-        T next[XL_REDUCE_LANES];
-        for (int l = 0; l < XL_REDUCE_LANES; ++l) next[l] = xl_sum_add(part[l], part[l ^ k]);
-        for (int l = 0; l < XL_REDUCE_LANES; ++l) part[l] = next[l];
-    }
-    return Check && err.code ? T(0) : part[0];
-#endif
+    XlSumPass<T, Check> pass;
+    xl_reduce_pass(lo, hi, [&](int64_t j, int32_t lane) { pass.add(j, lane, elem); });
+    return pass.finish(err, key);
 }
 
 // Sums left in lanes (XlRowSum): after a transposed butterfly over R rows (or positions) each
@@ -1518,33 +1555,41 @@ XL_HD void xl_best_merge(T& v, int64_t& i, T ov, int64_t oi, bool greatest) {
     i = oi;
 }
 
-// max/min/argmax/argmin over j in lo..hi: returns the best element's index (XL_NO_INDEX for
-// an empty range) and leaves its value in *best.
-template <typename T, bool Check = true, typename Elem>
-XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
-    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
+// max/min/argmax/argmin over j in lo..hi: finish returns the best element's index (XL_NO_INDEX
+// for an empty range) and leaves its value in *best. (Every order of taking the elements gives
+// the same pair: xl_best_merge.)
+template <typename T, bool Check = true>
+struct XlBestPass {
+    bool greatest;
     T v = T(0);
     int64_t at = XL_NO_INDEX;
-#if XL_ON_GPU
-    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-#else
-    for (int64_t j = lo; j < (int64_t)hi; ++j) {  // the pair does not depend on the order
-#endif
-        XlErr e = {0, 0, 0};
-        const T x = elem((int32_t)j, e);
-        if (Check && e.code) { xl_lane_err_note(first, j, e); break; }
-        xl_best_merge(v, at, x, j, greatest);
+    XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
+    int32_t stopped = -1;
+    XL_DEVICE explicit XlBestPass(bool greatest_) : greatest(greatest_) {}
+    template <typename Elem>
+    XL_DEVICE void add(int64_t j, int32_t lane, Elem&& elem) {
+        T x{};
+        if (xl_pass_element<Check>(j, lane, elem, first, stopped, x)) xl_best_merge(v, at, x, j, greatest);
     }
-    if (Check) xl_lane_err_finish(err, key, first);
+    XL_DEVICE int64_t finish(XlErr& err, int32_t key, T* best) {
+        if (Check) xl_lane_err_finish(err, key, first);
 #if XL_ON_GPU
-    for (int k = 16; k >= 1; k >>= 1) {
-        const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);
-        const int64_t oi = __shfl_xor_sync(0xFFFFFFFFu, (long long)at, k);
-        xl_best_merge(v, at, ov, oi, greatest);
-    }
+        for (int k = 16; k >= 1; k >>= 1) {
+            const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);
+            const int64_t oi = __shfl_xor_sync(0xFFFFFFFFu, (long long)at, k);
+            xl_best_merge(v, at, ov, oi, greatest);
+        }
 #endif
-    *best = v;
-    return at;
+        *best = v;
+        return at;
+    }
+};
+
+template <typename T, bool Check = true, typename Elem>
+XL_DEVICE int64_t xl_reduce_best(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool greatest, T* best, Elem elem) {
+    XlBestPass<T, Check> pass(greatest);
+    xl_reduce_pass(lo, hi, [&](int64_t j, int32_t lane) { pass.add(j, lane, elem); });
+    return pass.finish(err, key, best);
 }
 
 // argmax/argmin: the index, -1 for an empty range.

@@ -22,6 +22,7 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
         self.shape_rng = random.Random(f"shapes {seed}")  # new shapes on streams of their own
         self.tile_rng = random.Random(f"tile lets {seed}")
         self.pool_rows_rng = random.Random(f"pool rows {seed}")
+        self.runs_rng = random.Random(f"reduction runs {seed}")
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs

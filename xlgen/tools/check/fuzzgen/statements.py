@@ -57,7 +57,7 @@ class StatementGen:
         if ctx.kind == "stage" and not ctx.reduction and depth > 0 and self.chance(0.12):
             if ctx.lanes is not None:  # a reduction in an iteration: the warp runs such iterations in turn
                 return self.reduction(ctx, ind)
-            return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction(ctx, ind)
+            return self.lanes_loop(ctx, ind) if self.chance(0.5) else self.reduction_run(ctx, ind)
         if ctx.kind == "stage" and self.pools and self.chance(0.25):
             lines = self.pool_write(ctx, ind, d)
             if lines:
@@ -292,6 +292,15 @@ class StatementGen:
             lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
         return lines
 
+    def reduction_run(self, ctx: Ctx, ind: int) -> list[str]:
+        """A reduction, and now and then (a stream of its own) more right after it over the same
+        range: a run that the CPU build and the GPU take in one pass (ir.reduction_runs), its
+        elements failing in any of them."""
+        lines = self.reduction(ctx, ind)
+        for _ in range(self.runs_rng.choice([0, 0, 0, 1, 2, 3])):
+            lines += self.reduction(ctx, ind, bounds=self.last_bounds)
+        return lines
+
     def reduction(self, ctx: Ctx, ind: int, op: str | None = None, t: str | None = None, bounds=None) -> list[str]:
         op = op or self.pick(["sum", "sum", "max", "min", "argmax", "argmin"])
         t = t or self.pick(["f32", "f32", "i32", "u32"])
@@ -303,6 +312,7 @@ class StatementGen:
         if bounds is not None:
             row = None
         lo, hi, rng = bounds or self.lane_range(ctx, row.dims[-1] if row else self.pick([3, 8, 32, 40]))
+        self.last_bounds = (lo, hi, rng)  # (for reduction_run)
         var = self.new_local(ctx, "j")
         self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=rng)})
         ctx.reduction = True
