@@ -1232,9 +1232,18 @@ constexpr int32_t XL_PASS_LANES = 1;
 #else
 constexpr int32_t XL_PASS_LANES = XL_REDUCE_LANES;
 #endif
+// Unrolled by 4 on the GPU: a lane's next elements' loads in flight while it adds one (a row's
+// maximum over attention scores was one load's latency after another; -DXL_REDUCE_UNROLLED=0
+// leaves it to the compiler, an A/B switch).
+#ifndef XL_REDUCE_UNROLLED
+#define XL_REDUCE_UNROLLED 1
+#endif
 template <typename Each>
 XL_DEVICE void xl_reduce_pass(int32_t lo, int32_t hi, Each each) {
 #if XL_ON_GPU
+#if XL_REDUCE_UNROLLED
+#pragma unroll 4
+#endif
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) each(j, 0);
 #else
     for (int32_t l = 0; l < XL_REDUCE_LANES; ++l)
