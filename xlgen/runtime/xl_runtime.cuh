@@ -1233,10 +1233,11 @@ constexpr int32_t XL_PASS_LANES = 1;
 constexpr int32_t XL_PASS_LANES = XL_REDUCE_LANES;
 #endif
 // Unrolled by 4 on the GPU: a lane's next elements' loads in flight while it adds one (a row's
-// maximum over attention scores was one load's latency after another; -DXL_REDUCE_UNROLLED=0
-// leaves it to the compiler, an A/B switch).
+// maximum over attention scores was one load's latency after another). Not in a team of 32
+// warps, whose threads get 64 registers: the real pair measured +8-14% with 16 warps and -2%
+// with 32 (docs/benchmarks.md). -DXL_REDUCE_UNROLLED=0 leaves it to the compiler (an A/B switch).
 #ifndef XL_REDUCE_UNROLLED
-#define XL_REDUCE_UNROLLED 1
+#define XL_REDUCE_UNROLLED (XL_TEAM_WARPS <= 16)
 #endif
 template <typename Each>
 XL_DEVICE void xl_reduce_pass(int32_t lo, int32_t hi, Each each) {
