@@ -294,3 +294,23 @@ def test_fast_mode_shares_an_oversubscribed_pool_on_the_gpu(compiled):
     assert_invariants(got, 512)
     assert sum(evictions_by_cause(got).values()) > 0 and got.requests["kv_waits"].sum() > 0
 
+
+
+def test_the_narrowed_walk_changes_nothing_but_the_speed(compiled, tmp_path):
+    """Served without a graft, kv_manage walks only the entries kv_plan found changing, from kv_plan's
+    count of the kept pages (docs/kv_cache.md): the same records, request state and pool as the walk
+    over the whole table, which this copy of the pipeline always takes."""
+    stages = Path(__file__).resolve().parent.parent / "stages"
+    for source in list(stages.glob("*.xl")) + list(stages.glob("*.py")):
+        (tmp_path / source.name).write_text(source.read_text())
+    kv = (tmp_path / "kv.xl").read_text()
+    assert kv.count("let narrow = ok && !grafted") == 1
+    (tmp_path / "kv.xl").write_text(kv.replace("let narrow = ok && !grafted", "let narrow = false"))
+    whole = load(tmp_path / "xl_spec.xl")
+    for name in ("pool_too_small", "priority_eviction", "heavy_grafting", "all_accept"):
+        make, params, max_active = SCENARIOS[name]
+        inputs = make(compiled.sim_module())
+        cfg = LaunchConfig(max_active=max_active, max_rounds=20_000)
+        narrowed = sim.run(compiled.sim_module(), params, inputs, cfg)
+        divergence = compare(compiled.program, narrowed, sim.run(whole.sim_module(), params, inputs, cfg))
+        assert divergence is None, f"{name}: {divergence.render()}"
