@@ -437,7 +437,7 @@ def reduction_runs(stmts) -> list[list[Stmt]]:
         run = runs[-1] if runs else None
         if (isinstance(st, Reduce) and run and isinstance(run[0], Reduce) and len(run) < REDUCTION_RUN_MAX
                 and (st.start, st.stop) == (run[0].start, run[0].stop)
-                and not (local_names(st.value) | local_names(st.start) | local_names(st.stop)) & {r.name for r in run}):
+                and not local_names(st.value) & {r.name for r in run}):  # (equal bounds: the first's, read before any)
             run.append(st)
         else:
             runs.append([st])
