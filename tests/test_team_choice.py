@@ -41,12 +41,13 @@ def test_programs_whose_lanes_loops_hold_reductions_want_teams(real_pair):
     assert not gpu.wants_team(load("stages/xl_spec.xl").program)
 
 
-@pytest.mark.parametrize("batch, team", [(1, 32), (8, 32), (132, 32), (133, 16), (264, 16), (265, 8),
+@pytest.mark.parametrize("batch, team", [(1, 16), (8, 16), (132, 16), (133, 16), (264, 16), (265, 8),
                                          (1000, 4), (4224, 1), (100000, 1)])
 def test_the_largest_team_with_the_whole_batch_on_the_device(real_pair, batch, team):
     assert gpu.choose_team_warps(real_pair, "deterministic", batch, H100_SMS) == team
     # never more warps than TEAM_WARPS_PER_SM per SM, unless a warp per request already is
     assert team == 1 or batch * team <= H100_SMS * gpu.TEAM_WARPS_PER_SM
+    assert team <= gpu.TEAM_WARPS_CHOSEN_MAX  # a team of 32 warps only where the caller asks for it
 
 
 def test_one_warp_where_a_team_adds_nothing_or_cannot_run(real_pair):

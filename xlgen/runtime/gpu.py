@@ -196,9 +196,14 @@ def team_warps_default() -> int | None:
 
 
 # A team per request of at most this many warps per SM, on average over the device: a batch of up
-# to one request per SM gets teams of 32 warps (one 1024-thread block per request), a larger one
-# smaller teams, so that every request of the batch is served at once.
+# to two requests per SM gets teams of 16 warps, a larger one smaller teams, so that every request
+# of the batch is served at once.
 TEAM_WARPS_PER_SM = 32
+# The largest team the runtime chooses: 16 warps, whose threads get 128 registers where a team of
+# 32 (a 1024-thread block) gets 64 and spills. Measured side by side on an H100 with the real pair
+# (docs/benchmarks.md, eleventh session): 16 gave 9.5% more tokens/s than 32 at batch 1, 7.6% at
+# batch 8 and 6% at batch 32 (plain greedy; ASBS within 1%).
+TEAM_WARPS_CHOSEN_MAX = 16
 
 
 def wants_team(program) -> bool:
@@ -212,12 +217,12 @@ def wants_team(program) -> bool:
 def choose_team_warps(program, mode: str, max_active: int, sms: int) -> int:
     """The team the runtime picks where neither the caller nor XLGEN_TEAM_WARPS sets one: one warp,
     except in deterministic mode for a program that wants teams (wants_team), where it is the
-    largest of TEAM_WARPS with max_active teams within TEAM_WARPS_PER_SM warps per SM. Measured
-    on an H100 with the real pair (docs/benchmarks.md): teams of 32 warps beat 16 by 13% at
-    batch 1 and by 5% at batch 8 (plain greedy, one call)."""
+    largest of TEAM_WARPS up to TEAM_WARPS_CHOSEN_MAX with max_active teams within
+    TEAM_WARPS_PER_SM warps per SM."""
     if mode != "deterministic" or not wants_team(program):
         return 1
-    return max(w for w in TEAM_WARPS if w == 1 or max(1, max_active) * w <= sms * TEAM_WARPS_PER_SM)
+    return max(w for w in TEAM_WARPS if w == 1 or (w <= TEAM_WARPS_CHOSEN_MAX
+                                                   and max(1, max_active) * w <= sms * TEAM_WARPS_PER_SM))
 
 
 def request_shared_bytes(request_bytes: int, team_warps: int = 1) -> int:
