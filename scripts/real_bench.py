@@ -225,15 +225,16 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
 
 
 def mega_variants(binding: rp.Binding, blocks: list[int], policies: tuple[str, ...] = POLICIES,
-                  costs: dict[int, float] | None = None) -> list[tuple[str, dict]]:
+                  costs: dict[int, float] | None = None, catchup: float | None = None) -> list[tuple[str, dict]]:
     """(name, launch parameters) of every mega-kernel variant of `policies` (the binding names the
     parameters); the cost policy with `costs` (block size -> cost of a step; None: the pipeline's
-    defaults). Plain greedy always comes first: it is every other variant's reference."""
+    defaults) and `catchup` (the draft's cost to catch up a position; None: the default). Plain
+    greedy always comes first: it is every other variant's reference."""
     out = [("mega plain", binding.params("plain"))]
     if "asbs" in policies:
         out.append(("mega ASBS", binding.params("speculative")))
     if "cost" in policies:
-        out.append(("mega cost", {**binding.params("cost"), **binding.cost_params(costs or {})}))
+        out.append(("mega cost", {**binding.params("cost"), **binding.cost_params(costs or {}, catchup)}))
     if "fixed" in policies:
         out += [(f"mega B={b}", binding.params("fixed", b)) for b in blocks]
     return out
@@ -251,7 +252,13 @@ def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, ba
     of `prompts`, cycled; fixed block B, B = 0: plain greedy) with lengths[0] and lengths[1] new
     tokens, best of `repeats` after a warm-up each, and cost = (extra time) / (extra rounds): the
     prompt's prefill and the launch's overhead cancel. Host-side timing, once per launch: nothing
-    measured enters a launch but these parameters."""
+    measured enters a launch but these parameters.
+
+    The draft's cost to catch up a position (catchup_us) comes from the same launches: what a
+    launch of block 1 spends outside its rounds, less what plain greedy's does (each launch's time
+    at lengths[0] less its rounds at their cost), is the draft's pass over the prompt, which the
+    requests make side by side: per position of the longest prompt but one. 0 where noise makes
+    it negative."""
     group = [prompts[i % len(prompts)] for i in range(batch)]
     costs, points = {}, {}
     for b in sorted(binding.block_costs):
@@ -269,13 +276,17 @@ def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, ba
                                    "fit (too noisy: raise --calibrate-repeats)")
         costs[b] = (t2 - t1) * 1e3 / (r2 - r1)
         points[b] = measured
-    return {"batch": batch, "costs_us": costs, "points_ms_rounds": points, "lengths": list(lengths),
-            "prompts": [p.name for p in group]}
+    outside = {b: points[b][0][0] * 1e3 - points[b][0][1] * costs[b] for b in (0, 1) if b in points}
+    longest = max(len(p.data) for p in group)
+    catchup = max(outside[1] - outside[0], 0.0) / max(longest - 1, 1) if len(outside) == 2 else None
+    return {"batch": batch, "costs_us": costs, "catchup_us": catchup, "points_ms_rounds": points,
+            "lengths": list(lengths), "prompts": [p.name for p in group]}
 
 
-def load_costs(path: Path, batches: list[int]) -> dict[int, dict[int, float]]:
+def load_costs(path: Path, batches: list[int]) -> tuple[dict[int, dict[int, float]], dict[int, float]]:
     """Costs per batch size from a JSON file: {"costs": {batch: {block: cost}}} (real_bench.json or
-    costs.json of an earlier run) or the mapping itself."""
+    costs.json of an earlier run) or the mapping itself; and the draft's catch-up per batch size
+    where the file has it ({"catchup": {batch: cost}}; else the pipeline's default)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -289,12 +300,17 @@ def load_costs(path: Path, batches: list[int]) -> dict[int, dict[int, float]]:
     if missing:
         raise rp.RealPairError(f"--costs {path}: no costs for batch {', '.join(map(str, missing))} "
                                f"(it has {', '.join(map(str, sorted(out))) or 'none'})")
-    return out
+    catchup = doc.get("catchup", {}) if isinstance(doc, dict) and "costs" in doc else {}
+    try:
+        return out, {int(batch): float(c) for batch, c in catchup.items() if c is not None}
+    except (AttributeError, TypeError, ValueError):
+        raise rp.RealPairError(f"--costs {path}: expected {{\"catchup\": {{batch: cost}}}}") from None
 
 
-def cost_line(batch: int, costs: dict[int, float], binding: rp.Binding) -> str:
-    params = " ".join(f"--param {n}={v:.1f}" for n, v in binding.cost_params(costs).items())
+def cost_line(batch: int, costs: dict[int, float], binding: rp.Binding, catchup: float | None = None) -> str:
+    params = " ".join(f"--param {n}={v:.1f}" for n, v in binding.cost_params(costs, catchup).items())
     return (f"batch {batch:<2} costs (us per step): " + ", ".join(f"B={b} {c:,.1f}" for b, c in sorted(costs.items()))
+            + (f"; the draft's catch-up {catchup:.2f} per position" if catchup is not None else "")
             + f"\n  as launch parameters: {params}")
 
 
@@ -598,23 +614,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def batch_costs(args, runner: MegaRunner, module, weights: dict, binding: rp.Binding, batch: int,
-                cost_table: dict | None, report: dict) -> dict[int, float] | None:
-    """The cost policy's costs at `batch` (None: the pipeline's defaults), as --costs says; noted in
-    the report and printed with their launch parameters."""
+                cost_table: tuple[dict, dict] | None, report: dict) -> tuple[dict[int, float] | None, float | None]:
+    """The cost policy's costs at `batch` and the draft's cost to catch up a position (None: the
+    pipeline's defaults), as --costs says; noted in the report and printed with their launch
+    parameters."""
     if "cost" not in args.policies and not args.calibrate_only:
-        return None
+        return None, None
     if args.costs == "defaults" and not args.calibrate_only:
-        return None
+        return None, None
     if cost_table is not None:
-        costs = cost_table[batch]
+        costs, catchup = cost_table[0][batch], cost_table[1].get(batch)
     else:
         cal = calibrate(runner, module, weights, binding, batch, rp.load_prompts(), args.calibrate_repeats)
         cal["team_warps"] = runner.chosen
         report["calibration"].append(cal)
-        costs = cal["costs_us"]
+        costs, catchup = cal["costs_us"], cal["catchup_us"]
     report["costs"][str(batch)] = {str(b): c for b, c in costs.items()}
-    print(cost_line(batch, costs, binding), flush=True)
-    return costs
+    if catchup is not None:
+        report["catchup"][str(batch)] = catchup
+    print(cost_line(batch, costs, binding, catchup), flush=True)
+    return costs, catchup
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -649,7 +668,7 @@ def run(args: argparse.Namespace) -> dict:
     rows: list[Row] = []
     plain: list[list[int]] | None = None
     report.update(costs_source=args.costs if "cost" in args.policies or args.calibrate_only else None, costs={},
-                  calibration=[])
+                  catchup={}, calibration=[])
     cost_table = load_costs(Path(args.costs), args.batches) if args.costs not in ("calibrate", "defaults") else None
     for mode in modes:
         if args.backend == "gpu":
@@ -664,10 +683,10 @@ def run(args: argparse.Namespace) -> dict:
                    1)
             report["first_launch_s"][f"team {team or 'chosen'} mode {mode or 'default'}"] = time.perf_counter() - t0
             for batch in args.batches:
-                costs = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
+                costs, catchup = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
                 if args.calibrate_only:
                     continue
-                for variant, params in mega_variants(binding, args.blocks, args.policies, costs):
+                for variant, params in mega_variants(binding, args.blocks, args.policies, costs, catchup):
                     row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, params), prompts,
                                               args.n, batch, args.repeats, plain, binding)
                     row.request_mode = mode
@@ -689,7 +708,7 @@ def run(args: argparse.Namespace) -> dict:
                     print(line(row), flush=True)
     if args.calibrate_only:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "costs.json").write_text(json.dumps({k: report[k] for k in ("device", "costs", "calibration")},
+        (args.out / "costs.json").write_text(json.dumps({k: report[k] for k in ("device", "costs", "catchup", "calibration")},
                                                         indent=1) + "\n")
         return report
     if not args.no_torch:

@@ -96,6 +96,7 @@ class Binding:
     proposed_total: str | None = None  # request field: drafted tokens in all
     cost: dict = field(default_factory=dict)  # launch parameters of the cost policy (none: no such policy)
     block_costs: dict = field(default_factory=dict)  # block size -> the launch parameter of a step's cost at it
+    catchup_param: str | None = None  # the launch parameter of the draft's cost to catch up a position
     pool_param: str | None = None  # the launch parameter of the KV pool's size, in pages
     pool_page_size: int = 16  # tokens per page of that pool
 
@@ -113,13 +114,17 @@ class Binding:
         raise ValueError(f"mode {mode!r} (block {block}): plain, speculative, cost (when the binding has it), or "
                          "fixed with a block >= 1")
 
-    def cost_params(self, costs: dict[int, float]) -> dict:
-        """The cost policy's launch parameters for `costs` (block size -> cost of a step)."""
+    def cost_params(self, costs: dict[int, float], catchup: float | None = None) -> dict:
+        """The cost policy's launch parameters for `costs` (block size -> cost of a step) and
+        `catchup` (the draft's cost to catch up a position; None: the pipeline's default)."""
         unknown = sorted(set(costs) - set(self.block_costs))
         if unknown:
             raise RealPairError(f"costs for block sizes {unknown}: the binding's cost policy takes "
                                 f"{sorted(self.block_costs)}")
-        return {self.block_costs[b]: float(c) for b, c in costs.items()}
+        out = {self.block_costs[b]: float(c) for b, c in costs.items()}
+        if catchup is not None and self.catchup_param:
+            out[self.catchup_param] = float(catchup)
+        return out
 
     def pipeline_path(self) -> Path:
         path = Path(self.pipeline)
@@ -139,6 +144,7 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
                        block=str(verify["block"]), proposed=verify.get("proposed"),
                        proposed_total=verify.get("proposed_total"), cost=dict(launch.get("cost", {})),
                        block_costs={int(b): str(n) for b, n in launch.get("block_costs", {}).items()},
+                       catchup_param=launch.get("catchup_cost"),
                        pool_param=launch.get("pool", {}).get("param"),
                        pool_page_size=int(launch.get("pool", {}).get("tokens_per_page", 16)))
     except (KeyError, TypeError, ValueError) as exc:
@@ -162,7 +168,8 @@ def check_binding(program, binding: Binding) -> None:
     params = {p.name for p in program.params}
     problems = [f"request field '{n}'" for n in (binding.tokens, binding.length, binding.new_tokens) if n not in fields]
     launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1, **binding.cost,
-              **{name: 1 for name in binding.block_costs.values()}, **({binding.pool_param: 1} if binding.pool_param else {})}
+              **{name: 1 for name in binding.block_costs.values()}, **({binding.pool_param: 1} if binding.pool_param else {}),
+              **({binding.catchup_param: 1} if binding.catchup_param else {})}
     problems += [f"launch parameter '{n}'" for n in launch if n not in params]
     trace = next((t for t in program.traces if t.stage == binding.verify_stage), None)
     if trace is None:

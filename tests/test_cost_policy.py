@@ -33,12 +33,16 @@ MAX_BLOCK = 128
 F = np.float32
 # Costs that put the break-even near an acceptance of 0.75: the real pair's requests switch
 # between plain steps (B = 0) and blocks of 1 and 4 (probes every 3rd plain step).
+# The draft's catch-up free and no margin (cost_catchup, cost_margin 0): the batch's rule is
+# then the rate rule.
+EXACT_COSTS = {"cost_catchup": 0.0, "cost_margin": 0.0}
 SWITCHING = {"block_policy": COST, "cost_b0": 1.0, "cost_b1": 1.75, "cost_b2": 2.4, "cost_b4": 3.3, "cost_b8": 5.0,
-             "cost_probe_every": 3}
+             "cost_probe_every": 3, **EXACT_COSTS}
 # Verifying more positions nearly free (a weight-once pass): large blocks pay.
-CHEAP_VERIFY = {"block_policy": COST, "cost_b0": 1.0, "cost_b1": 1.1, "cost_b2": 1.2, "cost_b4": 1.45, "cost_b8": 2.0}
+CHEAP_VERIFY = {"block_policy": COST, "cost_b0": 1.0, "cost_b1": 1.1, "cost_b2": 1.2, "cost_b4": 1.45, "cost_b8": 2.0,
+                **EXACT_COSTS}
 DEFAULTS = {"asbs_ema_init": 0.8, "cost_alpha": 0.1, "cost_probe_every": 32, "kv_pressure_cap": 2, "cost_b0": 469.0,
-            "cost_b1": 927.0, "cost_b2": 1280.0, "cost_b4": 1935.0, "cost_b8": 3151.0}
+            "cost_b1": 927.0, "cost_b2": 1280.0, "cost_b4": 1935.0, "cost_b8": 3151.0, "cost_catchup": 14.0, "cost_margin": 0.05}
 
 
 # ---- the policy, written again in Python ------------------------------------------------------
@@ -64,6 +68,30 @@ def cost_rule(p: dict, sums: dict[int, int], plain_run: int) -> int:
     return best
 
 
+def finish_time(left: int, e: int, cost: float) -> np.float32:
+    """The time to make `left` tokens at e / COST_ONE tokens per step of `cost`."""
+    return F(F(F(left) / F(F(e) / F(COST_ONE))) * F(cost))
+
+
+def cost_batch_rule(p: dict, sums: dict[int, int], plain_run: int, left: int, behind: int) -> int:
+    """The B of {0, 1, 2, 4, 8} that makes `left` tokens soonest, B > 0 after the draft's catch-up
+    of `behind` positions and only if sooner than plain by the margin, ties to the smaller; a probe
+    where an always-right draft would repay it."""
+    catchup, margin = F(F(p["cost_catchup"]) * F(behind)), F(F(1) + F(p["cost_margin"]))
+    plain_time = finish_time(left, sums[0], p["cost_b0"])
+    best, best_time = 0, plain_time
+    for b in (1, 2, 4, 8):
+        t = F(finish_time(left, sums[b], p[f"cost_b{b}"]) + catchup)
+        if t < best_time:
+            best, best_time = b, t
+    if best > 0 and F(best_time * margin) >= plain_time:
+        best = 0
+    if best == 0 and p["cost_probe_every"] > 0 and plain_run >= p["cost_probe_every"]:
+        if F(F(finish_time(left, 2 * sums[0], p["cost_b1"]) + catchup) * margin) < plain_time:
+            best = 1
+    return best
+
+
 def accept(ema: np.float32) -> np.float32:
     return min(ema, F(1)) if ema >= 0 else F(0)
 
@@ -72,11 +100,12 @@ def cap_of(p: dict, pressure: bool) -> int:
     return p["kv_pressure_cap"] if pressure else 8
 
 
-def model_batch(p: dict, emas: list[np.float32], pressures: list[bool], plain_run: int) -> int:
-    """cost_batch's choice for the batch before each request's cap: the sums of E_i(min(B, cap_i))."""
+def model_batch(p: dict, emas: list[np.float32], pressures: list[bool], plain_run: int, left: int, behind: int) -> int:
+    """cost_batch's choice for the batch before each request's cap: the sums of E_i(min(B, cap_i)),
+    the tokens the batch has left and the farthest its drafts are behind."""
     sums = {b: sum(expected_commit(accept(e), min(b, cap_of(p, pr))) if b else COST_ONE
                    for e, pr in zip(emas, pressures)) for b in (0, 1, 2, 4, 8)}
-    return cost_rule(p, sums, plain_run)
+    return cost_batch_rule(p, sums, plain_run, left, behind)
 
 
 def model_ema(p: dict, ema: np.float32, accepted: int, proposed: int) -> np.float32:
@@ -101,7 +130,7 @@ def replay(result, params: dict) -> tuple[list[list[int]], dict[int, dict[int, i
         return {name: trace_series(program, result, stage, name) for name in names}
 
     verify = series("spec_verify", "accepted_prefix_len", "draft_len", "ema_acceptance_rate", "current_block_size")
-    batch = series("cost_batch", "current_block_size", "ema_acceptance_rate", "plain_steps", "req_flags")
+    batch = series("cost_batch", "current_block_size", "ema_acceptance_rate", "plain_steps", "req_flags", "d_rows")
     prefill = series("prefill", "current_block_size", "token_limit")
     commits = trace_series(program, result, "commit", "n_out")
 
@@ -116,6 +145,7 @@ def replay(result, params: dict) -> tuple[list[list[int]], dict[int, dict[int, i
     verify_at, batch_at, prefill_at = by_round(verify), by_round(batch), by_round(prefill)
     commit_at = by_round({"n_out": commits})
     n = len(result.requests)
+    final = result.requests
     ema = [F(p["asbs_ema_init"])] * n
     plain_steps = [0] * n
     block: list[int | None] = [None] * n  # the block chosen for the request's next step
@@ -138,11 +168,15 @@ def replay(result, params: dict) -> tuple[list[list[int]], dict[int, dict[int, i
         if not members:
             continue
         rows = [batch_at[r][i] for i in members]
-        pressures = [bool(int(flags) & KV_PRESSURE) for *_, flags in rows]
-        for i, (_, traced_ema, _, _) in zip(members, rows):
+        pressures = [bool(int(flags) & KV_PRESSURE) for *_, flags, _ in rows]
+        for i, (_, traced_ema, *_) in zip(members, rows):
             assert F(traced_ema).tobytes() == ema[i].tobytes(), (r, i, "the EMA cost_batch read")
-        b = model_batch(p, [ema[i] for i in members], pressures, max(plain_steps[i] for i in members))
-        for i, (traced_block, _, traced_plain, _), pressure in zip(members, rows, pressures):
+        # (a request yet to prefill has all of its limit left: prefill sets the one it will have)
+        left = sum(int(final["token_limit"][i]) - n_out[i] for i in members)
+        behind = max(max(int(final["prompt_len"][i]) + n_out[i] - 1 - int(d_rows), 0)
+                     for i, (*_, d_rows) in zip(members, rows))
+        b = model_batch(p, [ema[i] for i in members], pressures, max(plain_steps[i] for i in members), left, behind)
+        for i, (traced_block, _, traced_plain, *_), pressure in zip(members, rows, pressures):
             block[i] = max(min(b, cap_of(p, pressure), MAX_BLOCK), 0)
             plain_steps[i] = plain_steps[i] + 1 if b == 0 else 0
             assert int(traced_block) == block[i], (r, i, traced_block, block[i])
@@ -174,10 +208,23 @@ def test_every_decision_is_the_batchs_and_the_tokens_are_plain_greedys(costs, ma
 
 
 @pytest.mark.parametrize("max_active", [1, 8])
-def test_the_h100_defaults_decode_plain_and_probe_together_every_32_steps(max_active):
-    # At the draft's agreement speculation does not pay at the default costs: plain steps, and a
-    # probe (a block of 1 for every request of the batch at once) after 32 of them.
+def test_the_h100_defaults_decode_plain_and_never_probe(max_active):
+    # At the default costs a block of 1 saves 469 - 927 / 2 = 5.5 per token (1.2%) even with a
+    # draft that is always right: below the 5% margin, and its catch-up costs 14 per position, so
+    # the batch decodes plain and does not even probe.
     params = {"block_policy": COST}
+    result = run("cpu", ALL_PROMPTS, params, max_active=max_active, n_new=48)
+    assert answers(result) == [list(a) for a in plain("cpu", 48)]
+    steps, _ = replay(result, params)
+    assert all(set(bs) == {0} for bs in steps), steps
+    assert (result.requests["total_proposed"] == 0).all()
+
+
+@pytest.mark.parametrize("max_active", [1, 8])
+def test_without_catch_up_and_margin_the_h100_defaults_probe_together_every_32_steps(max_active):
+    # With a free catch-up and no margin speculation still does not pay at the default costs:
+    # plain steps, and a probe (a block of 1 for every request of the batch at once) after 32.
+    params = {"block_policy": COST, **EXACT_COSTS}
     result = run("cpu", ALL_PROMPTS, params, max_active=max_active, n_new=48)
     assert answers(result) == [list(a) for a in plain("cpu", 48)]
     steps, decisions = replay(result, params)
@@ -187,6 +234,38 @@ def test_the_h100_defaults_decode_plain_and_probe_together_every_32_steps(max_ac
     assert all(set(decisions[r].values()) == {1} for r in probes)
     if max_active == 8:
         assert len(probes) == 1 and len(decisions[probes[0]]) == 8  # one probe round, all 8 requests
+
+
+@pytest.mark.parametrize("catchup", [1.0, 0.01])
+def test_the_batch_speculates_only_where_it_repays_the_drafts_catch_up(catchup):
+    # SWITCHING's costs, where the free catch-up switches between plain steps and blocks of 1
+    # and 4. A catch-up of a whole plain step per position is never repaid: plain throughout,
+    # no probes. A small one delays speculation until the EMAs and the tokens left repay it;
+    # every decision is the replay's either way, and the tokens are plain greedy's.
+    params = {**SWITCHING, "cost_catchup": catchup}
+    result = run("cpu", ALL_PROMPTS, params, max_active=8)
+    assert answers(result) == [list(a) for a in plain("cpu")]
+    steps, _ = replay(result, params)
+    free, _ = replay(run("cpu", ALL_PROMPTS, SWITCHING, max_active=8), SWITCHING)
+    drafted = sum(b > 0 for bs in steps for b in bs)
+    if catchup == 1.0:
+        assert drafted == 0 and (result.requests["total_proposed"] == 0).all()
+    else:  # the first step plain (where free, a block of 1): the prompt's catch-up is not yet repaid
+        assert 0 < drafted < sum(b > 0 for bs in free for b in bs), (drafted, free)
+        assert all(bs[0] == 0 for bs in steps) and all(bs[0] == 1 for bs in free), (steps, free)
+
+
+def test_a_block_must_beat_plain_by_the_margin():
+    # SWITCHING's blocks of 1 and 4 gain a few percent on plain steps: a 30% margin keeps the
+    # batch plain. CHEAP_VERIFY's long blocks make the tokens up to twice as fast: they stay, where
+    # the batch's EMAs are high enough.
+    for costs, speculates in ((SWITCHING, False), (CHEAP_VERIFY, True)):
+        params = {**costs, "cost_margin": 0.3}
+        result = run("cpu", ALL_PROMPTS, params, max_active=8)
+        assert answers(result) == [list(a) for a in plain("cpu")]
+        steps, _ = replay(result, params)
+        used = {b for bs in steps for b in bs}
+        assert (max(used) >= 2) if speculates else (used == {0}), (costs, used)
 
 
 def test_plain_steps_propose_nothing_and_leave_the_ema():
@@ -256,7 +335,7 @@ def test_xl_spec_simulator_and_cpu_build_agree(xl_spec):
     for workload, costs in (("mixed", SWITCHING), ("kv_pressure", CHEAP_VERIFY),
                             ("small", {**CHEAP_VERIFY, "kv_cache": False})):
         w = load_workload(f"workloads/{workload}.json", xl_spec.sim_module())
-        params = {**w.params, **costs}
+        params = {**w.params, **{k: v for k, v in costs.items() if k not in EXACT_COSTS}}  # (byte_spec's alone)
         reference_run = sim.run(xl_spec.sim_module(), params, w.inputs, w.config)
         cpu_run = cpu.run(xl_spec, params, w.inputs, w.config)
         mismatch = compare(xl_spec.program, reference_run, cpu_run)

@@ -284,8 +284,10 @@ def test_a_prompts_file_without_recorded_tokens(tmp_path):
 
 
 class _Clock:
-    """A runner whose launches take 5 ms + rounds x the block's cost (µs): calibration must recover it."""
+    """A runner whose launches take 5 ms + rounds x the block's cost (µs), and with a block, the
+    draft's catch-up over the longest prompt but one position: calibration must recover both."""
     COST_US = {0: 400.0, 1: 900.0, 2: 1300.0, 4: 2000.0, 8: 3200.0}
+    CATCHUP_US = 4.0
 
     team_warps = 1
 
@@ -295,15 +297,18 @@ class _Clock:
         block = params["fixed_block"] if params.get("speculate") else 0
         n = inputs[0]["max_new_tokens"]
         rounds = 1 + -(-n // (block + 1))
-        return rb.Launch(SimpleNamespace(rounds=rounds), 5.0 + rounds * self.COST_US[block] / 1e3, 0.0, None)
+        catchup = self.CATCHUP_US * (max(int(i["prompt_len"]) for i in inputs) - 1) if block else 0.0
+        return rb.Launch(SimpleNamespace(rounds=rounds), 5.0 + (catchup + rounds * self.COST_US[block]) / 1e3, 0.0, None)
 
 
-def test_calibration_recovers_the_cost_of_a_step_per_block_size():
-    cal = rb.calibrate(_Clock(), FAKE_MODULE(), None, rp.load_binding(), 3, rp.load_prompts()[:2], 2)
+def test_calibration_recovers_the_cost_of_a_step_per_block_size_and_of_the_catch_up():
+    prompts = rp.load_prompts()[:2]
+    cal = rb.calibrate(_Clock(), FAKE_MODULE(), None, rp.load_binding(), 3, prompts, 2)
     assert cal["costs_us"] == pytest.approx(_Clock.COST_US)
+    assert cal["catchup_us"] == pytest.approx(_Clock.CATCHUP_US)
     assert cal["prompts"] == ["code_class", "code_imports", "code_class"] and cal["lengths"] == [16, 80]
-    line = rb.cost_line(3, cal["costs_us"], rp.load_binding())
-    assert "B=0 400.0" in line and "--param cost_b8=3200.0" in line
+    line = rb.cost_line(3, cal["costs_us"], rp.load_binding(), cal["catchup_us"])
+    assert "B=0 400.0" in line and "--param cost_b8=3200.0" in line and "--param cost_catchup=4.0" in line
 
 
 def FAKE_MODULE():
@@ -315,7 +320,10 @@ def FAKE_MODULE():
 def test_costs_from_a_file(tmp_path):
     f = tmp_path / "costs.json"
     f.write_text(json.dumps({"device": "x", "costs": {"1": {"0": 1.0, "8": 2.0}, "8": {"0": 3.0}}}))
-    assert rb.load_costs(f, [1, 8]) == {1: {0: 1.0, 8: 2.0}, 8: {0: 3.0}}
+    assert rb.load_costs(f, [1, 8]) == ({1: {0: 1.0, 8: 2.0}, 8: {0: 3.0}}, {})
+    f.write_text(json.dumps({"costs": {"1": {"0": 1.0}}, "catchup": {"1": 2.5, "8": None}}))
+    assert rb.load_costs(f, [1]) == ({1: {0: 1.0}}, {1: 2.5})  # (None: noise made it negative)
+    f.write_text(json.dumps({"device": "x", "costs": {"1": {"0": 1.0, "8": 2.0}, "8": {"0": 3.0}}}))
     with pytest.raises(rp.RealPairError, match="no costs for batch 32"):
         rb.load_costs(f, [1, 32])
     f.write_text("[1]")
