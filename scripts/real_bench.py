@@ -571,7 +571,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "H100, batch 1; default on cpu and sim), or a costs.json / real_bench.json of an earlier run")
     ap.add_argument("--calibrate-only", action="store_true",
                     help="only calibrate the costs at each --batches size: costs.json and the launch parameters")
-    ap.add_argument("--calibrate-repeats", type=int, default=3, help="timed runs per calibration launch (default 3)")
+    ap.add_argument("--calibrate-repeats", type=int, default=5,
+                    help="timed runs per calibration launch (default 5: with 3, one batch-32 calibration on an H100 put "
+                         "a plain step at 224 us where three others gave 178-179; docs/benchmarks.md)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch baselines")
     ap.add_argument("--torch-modes", default=",".join(TORCH_MODES),
                     help=f"default {','.join(TORCH_MODES)} (eager_nocache too, batch 1 only)")
