@@ -1741,6 +1741,54 @@ XL_DEVICE void xl_collective_results(const XlColl& c, int k, int op, uint32_t be
 // Operation k of a group's packed operations or word kinds (4 bits each: Stage_<name>::ops).
 XL_HD int xl_nibble(uint32_t packed, int k) { return (int)((packed >> (4 * k)) & 15u); }
 
+#if XL_ON_GPU
+// -DXL_WARP_COLLECTIVES=0 takes every group block-wide, one collective at a time (an A/B switch).
+#ifndef XL_WARP_COLLECTIVES
+#define XL_WARP_COLLECTIVES 1
+#endif
+// A group over at most 32 slots of one block, by its first warp, a lane per slot: each collective
+// by shuffles, no block barrier but the one at the end. Block-wide, each collective cost two or
+// three barriers of the whole block (the real pair's cost_batch, 8 collectives over 8 requests:
+// 8 us a round on an H100, team of 16 warps). The same bits: sums wrap (any order of additions
+// gives the same bits), a scan's prefix is the sum of the slots before, and the least (key,
+// slot) is the same in any order.
+XL_DEVICE void xl_collectives_warp(const XlColl& c, int n, uint32_t ops, uint32_t words, const int32_t* active,
+                                   const XlSpan& sp) {
+    const int32_t lane = XL_THREAD, i = sp.lo + lane;
+    const bool in = i < sp.hi && c.part[i];
+    for (int k = 0; k < n; ++k) {
+        const int op = xl_nibble(ops, k);
+        const uint32_t x = in ? c.contrib[(size_t)k * c.slots + i] : 0u;
+        uint32_t& result = c.result[(size_t)k * c.slots + (in ? i : sp.lo)];
+        if (xl_is_sum(op)) {
+            const uint32_t v = op == XL_COUNT ? (x != 0u ? 1u : 0u) : x;
+            uint32_t inclusive = v;
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t y = __shfl_up_sync(0xFFFFFFFFu, inclusive, o);
+                if (lane >= o) inclusive += y;
+            }
+            const uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
+            if (in) result = op == XL_SCAN ? inclusive - v : total;
+        } else {
+            const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
+            const uint32_t key = xl_order_key(x, xl_nibble(words, k));
+            uint64_t best = in ? ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i : ~0ull;
+            for (int o = 16; o > 0; o >>= 1) {
+                const uint64_t y = __shfl_xor_sync(0xFFFFFFFFu, best, o);
+                best = y < best ? y : best;
+            }
+            if (best != ~0ull) {  // (no participant: nothing to give)
+                const int32_t winner = (int32_t)(uint32_t)(best & 0xFFFFFFFFull);
+                const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner]
+                                                                          : c.contrib[(size_t)k * c.slots + winner];
+                __syncwarp();
+                if (in) result = value;
+            }
+        }
+    }
+}
+#endif
+
 // A group of `n` collectives (operation k and its contributions' word kind: nibble k of `ops`
 // and of `words`, the contributions in column k) over the slots that take part (c.part), in
 // slot order, which is request-id order: each participant's results in c.result, column k.
@@ -1750,6 +1798,11 @@ XL_HD int xl_nibble(uint32_t packed, int k) { return (int)((packed >> (4 * k)) &
 XL_DEVICE bool xl_collectives(const XlColl& c, int n, uint32_t ops, uint32_t words, const int32_t* active,
                               const XlSpan& sp) {
 #if XL_ON_GPU
+    if (XL_WARP_COLLECTIVES && !sp.grid && sp.hi - sp.lo <= 32) {
+        if (XL_THREAD < 32) xl_collectives_warp(c, n, ops, words, active, sp);
+        XL_BLOCK_SYNC();
+        return true;
+    }
     if (sp.grid) {
         XlGrid& g = *sp.grid;
         int parity = 0;
