@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     m.add_argument("--cubin", required=True)
     m.add_argument("--top", type=int, default=40)
     m.add_argument("--mix", action="append", metavar="LINE",
-                   help="also the instruction mix of a .xl line (e.g. stages/byte_pass.xl:130), per FMUL")
+                   help="also the instruction mix of a .xl line (e.g. stages/byte_pass.xl:125), per FMUL")
     m.add_argument("--json", help="also write every line's counts here")
     args = ap.parse_args(argv)
     if args.cmd == "child":
