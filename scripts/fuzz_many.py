@@ -37,7 +37,7 @@ from multiprocessing import Pool
 # A pool row written by a lanes loop's iteration (fuzzgen's pool_row_store): an inner loop of 2 or 3
 # whose store moves an index other than the lanes-form one.
 # A tile's shared parts: several (a struct), or a pool read's checked page alone (emit_cpp._tile_sums).
-HOISTED_PARTS = re.compile(r"xl_w\.p\d|-> int32_t \{ [^}]*return xl_pool_page")
+HOISTED_PARTS = re.compile(r"xl_[wac]\.p\d|-> int32_t \{ [^}]*return xl_pool_page")
 POOL_ROW = re.compile(r"for \w+ in 0\.\.[23] \{\n(\s+if own\d+\[.*\] == req_id \{\n)?\s+pl\d+\[")
 
 
@@ -61,7 +61,7 @@ def one(seed: int):
     try:
         compiled = load_text(case.source, name="fuzz.xl")
         source = gpu.single_source(compiled)
-        if os.environ.get("GROUPED") == "1" and "xl_sum_group<" not in source:
+        if os.environ.get("GROUPED") == "1" and "xl_sum_tile<" not in source:
             return seed, None, pools, False
         if os.environ.get("ROWS") == "1" and "xl_sum_rows<" not in source:
             return seed, None, pools, False

@@ -60,10 +60,29 @@ def kernel(compiled) -> str:
     return next(text for name, text in compiled.files.items() if name.endswith("_kernel.cuh"))
 
 
-def inputs_for(cases):
+def inputs_for(cases, positions=5):
     rng = np.random.default_rng(7)
     return [{"first": first, "n": n, "limit": limit, "skip": skip,
-             "x": rng.standard_normal(5 * 40).astype(np.float32).tolist()} for first, n, limit, skip in cases]
+             "x": rng.standard_normal(positions * 40).astype(np.float32).tolist()} for first, n, limit, skip in cases]
+
+
+# The same pass over 9 positions: groups of 9, so a tile of 4 rows (a team of one warp; 2 rows in
+# a team of 4, 1 in a team of 16: xl_group_rows_per_tile) holds 36 sums per sum statement, 32 of
+# them reduced by a transposed butterfly and the other 4 by plain ones, each lane then running a
+# second tail (xl_group_tails). Whole positions run in tiles; a range starting mid-position (skip)
+# a row at a time.
+PASS9 = PASS.replace("const P: i32 = 5", "const P: i32 = 9")
+CASES9 = [(0, 9, 100, 0), (0, 9, 3, 0), (1, 9, 100, 0), (0, 5, 100, 0), (0, 9, 100, 3), (2, 7, 6, 0), (0, 10, 100, 0)]
+
+# ... with a gain: in w[i, j] * (x[t * 40 + j] * g[j]), g[j] is the same for every iteration of a
+# tile (read once per element, xl_c), the product with x for every row (xl_a), w[i, j] for every
+# position (xl_w).
+GAIN = PASS9.replace("tensor w: f32[K, 40]", "tensor w: f32[K, 40]\ntensor g: f32[40]").replace(
+    "let a = sum(j in 0..40: w[i, j] * x[t * 40 + j])", "let a = sum(j in 0..40: w[i, j] * (x[t * 40 + j] * g[j]))")
+
+
+def gain_weights():
+    return {**weights(), "g": (np.arange(40, dtype=np.float32) / 13.0 - 1.5)}
 
 
 # (first position, end position, rows past which the tail fails, iterations skipped at the start).
@@ -98,7 +117,7 @@ def test_the_pass_is_grouped_with_the_weight_read_once():
     code = kernel(compiled)
     # bound 40 (y, z of P * K), K = 8: groups of up to 5 positions
     assert "xl_lanes_grouped<true, 8, 5, true>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40" in code
-    assert code.count("xl_sum_group<float, 5>") == 3
+    assert code.count("xl_sum_tile<float, xl_R, 5>") == 3
     # and with fewer positions, a tile of rows of one position: the activation read once per
     # element for every row, each row's tail on its own lane
     assert code.count("xl_sum_rows<float, xl_R, false>") == 3
@@ -108,7 +127,11 @@ def test_the_pass_is_grouped_with_the_weight_read_once():
     # the weight is read once per element for every position of the group; a sum with no
     # weight (c) reads nothing once
     assert re.search(r"return p\.w\[\(xl_idx_v\(xl_chk, err, 1, \d+, i, 8, \d+\)\) \* 40 \+ \(int32_t\)\(j\)\]; \},", code)
-    assert "return xl_fmul(xl_w, r.x[" in code  # the position's element
+    # ... and the activation once for every row of the tile, the element their product
+    assert re.search(r"\[&\]\(int32_t xl_g, int32_t j, \[\[maybe_unused\]\] int32_t xl_c\) -> float \{ "
+                     r"\[\[maybe_unused\]\] const int32_t t = xl_t0 \+ xl_g; XlErr err = \{0, 0, 0\}; return r\.x\[", code)
+    assert "return xl_fmul(xl_w, xl_a);" in code
+    # (nothing here is the same for every iteration of a tile: see test_a_gain_is_read_once_per_tile)
     assert "[](auto...) -> int32_t { return 0; }," in code
 
 
@@ -293,7 +316,7 @@ done when done_
 """
     compiled = load_text(source, "clash.xl")
     code = kernel(compiled)
-    assert "xl_sum_rows<" in code and "xl_sum_group<" in code and "float xl_r = xl_sums0" in code
+    assert "xl_sum_rows<" in code and "xl_sum_tile<" in code and "float xl_r = xl_sums0" in code
     agrees(compiled, {"w": np.arange(32, dtype=np.float32).reshape(4, 8) / 3.0}, [{"n": n} for n in (1, 2, 8)])
 
 
@@ -334,7 +357,7 @@ def head_lets_launch():
 def test_lets_between_the_split_and_the_sums():
     compiled = load_text(HEAD_LETS, "head_lets.xl")
     code = kernel(compiled)
-    assert code.count("xl_sum_rows<") == 2 and code.count("xl_sum_group<") == 2
+    assert code.count("xl_sum_rows<") == 2 and code.count("xl_sum_tile<") == 2
     assert "const int32_t u = xl_mul(t, 40);" in code
     want = agrees(compiled, *head_lets_launch())
     assert len(want.errors()) == 1  # n = 6: y past its end
@@ -516,6 +539,36 @@ def test_cpu_build_equals_the_simulator():
 @pytest.mark.parametrize("team_warps", [1, 4, 16])
 def test_gpu_equals_the_simulator(team_warps):
     agrees(load_text(PASS, "passes.xl"), weights(), inputs_for(CASES * 3), team_warps)
+
+
+def test_tiles_of_36_sums_cpu_equals_the_simulator():
+    compiled = load_text(PASS9, "passes9.xl")
+    assert "xl_sum_tile<float, xl_R, 9>" in kernel(compiled)
+    want = agrees(compiled, weights(), inputs_for(CASES9, 9))
+    errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
+    assert errors == {1, 5, 6}, errors  # the failing tails (limit 3 and 6) and 10 positions
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16])
+def test_gpu_tiles_of_36_sums_equal_the_simulator(team_warps):
+    agrees(load_text(PASS9, "passes9.xl"), weights(), inputs_for(CASES9 * 3, 9), team_warps)
+
+
+def test_a_gain_is_read_once_per_tile():
+    compiled = load_text(GAIN, "gain.xl")
+    code = kernel(compiled)
+    assert "[&](int32_t j) -> float { return p.g[(int32_t)(j)]; }," in code
+    assert re.search(r"\[&\]\(int32_t xl_g, int32_t j, \[\[maybe_unused\]\] float xl_c\) -> float \{ .*"
+                     r"return xl_fmul\(r\.x\[[^;]*\], xl_c\); \},", code)
+    assert "return xl_fmul(xl_w, xl_a);" in code
+    agrees(compiled, gain_weights(), inputs_for(CASES9, 9))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16])
+def test_gpu_a_gain_read_once_per_tile_equals_the_simulator(team_warps):
+    agrees(load_text(GAIN, "gain.xl"), gain_weights(), inputs_for(CASES9 * 3, 9), team_warps)
 
 
 @pytest.mark.gpu

@@ -440,7 +440,7 @@ class CppEmitter:
         lines += body
         after = f"{pad}{IND}}}"  # closes the body's lambda; then the tiles' lambdas (or XlNone)
         if group or tiles:
-            parts = [("[&](int32_t xl_row, int32_t xl_t0, int32_t xl_n, XlLaneErr& xl_first) {",
+            parts = [("[&](auto xl_rows, int32_t xl_row0, int32_t xl_t0, int32_t xl_n, XlLaneErr& xl_first) {",
                       lambda: self._grouped_body(s, group, depth + 2)) if group else ("XlNone{}", None),
                      ("[&](auto xl_rows, int32_t xl_t, int32_t xl_row0, int32_t xl_rlo, int32_t xl_rhi, "
                       "XlLaneErr& xl_first) {", lambda: self._rows_body(s, tiles, depth + 2)) if tiles
@@ -487,53 +487,76 @@ class CppEmitter:
         codes, err = self._parts_code([e], line)
         return codes[0], err
 
-    def _tile_sums(self, sums, moving: set[str], depth: int, declare, run, which: str, lets) -> list[str]:
+    def _tile_sums(self, sums, hoists, depth: int, declare, run, which: str, lets, order=None) -> list[str]:
         """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
-        runtime's `run(type, name, checked)` (xl_sum_group, xl_sum_rows): the parts of the element
-        the same for every iteration of the tile (`moving`: the names that differ;
-        grouping.invariant_parts), the weight of a group, the activation or attention weight and
-        page of a tile of rows, computed once per element as `xl_w` (several: a struct, `xl_w.p0`
-        ...); the element for iteration `which` (xl_g, xl_ri) after its `lets`. An element that may
-        fail (`checked`: a tile of rows only) reports into the runtime's `err`."""
+        runtime's `run(type, name, checked)` (xl_sum_tile, xl_sum_rows). `hoists`, in the order
+        they are searched, (name, moving, params): the parts of the element the same for every
+        iteration of the tile that differ only in `params` (grouping.invariant_parts; `moving`:
+        the names that may differ), computed once per element as `name` (several: a struct,
+        `xl_w.p0` ...) by a lambda taking `params` (each a parameter and what it binds) and `j`.
+        A later search skips the parts found before it; a later part holding one of the first's
+        reads it by name (the later lambdas and the element take the first's value). A tile of
+        rows has one: the activation, attention weight and page. A weight-once tile has three,
+        passed in `order`: the part the same for every iteration (xl_c: a norm's gain), for every
+        row (xl_a: the activation) and for every position (xl_w: the weight). Then the element for
+        iteration `which` (its parameters) after its `lets`. An element that may fail (`checked`:
+        a tile of rows only) reports into the runtime's `err`."""
         pad = IND * depth
+        order = order or [h[0] for h in hoists]
         lines = []
         for k, r in enumerate(sums):
             t = cpp_ops.value_type(r.value.type)
             acc = f"xl_sums{k}"
             checked = self.raises(r.value) == ALWAYS
             lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *self._lane_bounds(r, depth + 1)]
-            # (a part that may fail only where the element may: else its checks would go unseen)
-            parts = [x for x in grouping.invariant_parts(r.value, moving) if checked or self.raises(x) != ALWAYS]
             j = names.cpp(r.var)
-            params = f"int32_t {j}, XlErr& err" if checked else f"int32_t {j}"  # checked: xl_shared_part
-            keys = [("page", id(x.load)) if isinstance(x, grouping.PoolPage) else id(x) for x in parts]
-            codes, pre_err = self._parts_code(parts, r.loc.line)
-            if len(parts) == 1:
-                wt = cpp_ops.value_type(parts[0].type)
-                pre = f"[&]({params}) -> {wt} {{ {'(void)err; ' if checked else pre_err}return {codes[0]}; }},"
-                self.hoisted[keys[0]] = "xl_w"
-            elif parts:  # several: a struct of them, evaluated left to right
-                wt = "auto"
-                fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
-                pre = (f"[&]({params}) {{ {'(void)err; ' if checked else pre_err}struct XlParts {{ {fields} }}; "
-                       f"return XlParts{{{', '.join(codes)}}}; }},")
-                self.hoisted.update({key: f"xl_w.p{k}" for k, key in enumerate(keys)})
-            else:
-                wt, pre = "int32_t", "[](auto...) -> int32_t { return 0; },"
+            skip, pres, types, names_of = set(), {}, {}, {}
+            for n, (name, moving, params) in enumerate(hoists):
+                # (a part that may fail only where the element may: else its checks would go unseen)
+                parts = [x for x in grouping.invariant_parts(r.value, moving, skip) if checked or self.raises(x) != ALWAYS]
+                skip |= {id(x.load if isinstance(x, grouping.PoolPage) else x) for x in parts}
+                taken = "".join(f"int32_t {v}, " for v, _ in params) + f"int32_t {j}"
+                taken += ", XlErr& err" if checked else ""  # checked: xl_shared_part
+                taken += f", [[maybe_unused]] {types[hoists[0][0]]} {hoists[0][0]}" if n else ""
+                codes, pre_err = self._parts_code(parts, r.loc.line)  # (reading the earlier parts by name)
+                bound = "".join(f"[[maybe_unused]] const int32_t {names.cpp(b)} = {value}; "
+                                for v, (bind, value) in params for b in bind)
+                body = f"{bound}{'(void)err; ' if checked else pre_err}"
+                if len(parts) == 1:
+                    types[name] = cpp_ops.value_type(parts[0].type)
+                    pres[name] = f"[&]({taken}) -> {types[name]} {{ {body}return {codes[0]}; }},"
+                    found = {self._part_key(parts[0]): name}
+                elif parts:  # several: a struct of them, evaluated left to right
+                    types[name] = "auto"
+                    fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
+                    pres[name] = f"[&]({taken}) {{ {body}struct XlParts {{ {fields} }}; return XlParts{{{', '.join(codes)}}}; }},"
+                    found = {self._part_key(x): f"{name}.p{k}" for k, x in enumerate(parts)}
+                else:
+                    types[name], pres[name], found = "int32_t", "[](auto...) -> int32_t { return 0; },", {}
+                names_of.update(found)
+                if n == 0:
+                    self.hoisted.update(found)
+            self.hoisted.update(names_of)
             try:
                 value, value_err = self._expr_and_err(r.value, r.loc.line)
             finally:
-                for key in keys:
+                for key in names_of:
                     self.hoisted.pop(key, None)
+            elem_params = ", ".join(f"[[maybe_unused]] {types[name]} {name}" for name in order)
             err_param = ", XlErr& err" if checked else ""
             lines += [f"{pad}{IND}{run(t, acc, checked)}",
-                      f"{pad}{IND * 2}{pre}",
-                      f"{pad}{IND}[&](int32_t {which}, int32_t {j}, [[maybe_unused]] {wt} xl_w{err_param}) -> {t} {{",
+                      *(f"{pad}{IND * 2}{pres[name]}" for name in order),
+                      f"{pad}{IND}[&]({which}, int32_t {j}, {elem_params}{err_param}) -> {t} {{",
                       *lets(pad + IND * 2),
                       f"{pad}{IND * 2}{'' if checked else value_err}return {value};",
                       f"{pad}{IND}}}){' == false) return false;' if checked else ';'}",
                       f"{pad}}}"]
         return lines
+
+    @staticmethod
+    def _part_key(x):
+        """The key under which a hoisted part's C++ name is found (expr, expr_PoolPage)."""
+        return ("page", id(x.load)) if isinstance(x, grouping.PoolPage) else id(x)
 
     def _parts_code(self, parts, line: int) -> tuple[list[str], str]:
         """Expressions (a tile's shared parts) in C++, numbered as one statement's checks, and the
@@ -560,44 +583,50 @@ class CppEmitter:
         return lines + [f"{pad}}}(xl_e);", f"{pad}xl_lane_err_note(xl_first, {names.cpp(s.var)}, xl_e);"]
 
     def _grouped_body(self, s: ir.Lanes, g, depth) -> list[str]:
-        """The fast path of a weight-once loop (xl_lanes_grouped): the iterations
-        (xl_t0 + xl_g) * K + xl_row for xl_g < xl_n. Their sums together (xl_sum_group: the
-        weight read once per element for all of them, each position's sum in the order of
-        §13.2), then each iteration's tail in position order, its own error noted."""
+        """The fast path of a weight-once loop (xl_lanes_grouped): a tile of the iterations
+        (xl_t0 + xl_g) * K + xl_row0 + xl_ri for xl_ri < xl_R rows and xl_g < xl_n positions. Their
+        sums together (xl_sum_tile: the weight read once per element for all positions, the
+        activation once for all rows, each sum in the order of §13.2), then each iteration's
+        tail, its own error noted. Sum xl_s of a tile is row xl_s % xl_R of position xl_s / xl_R."""
         pad = IND * depth
-        position = "xl_t0 + xl_g"
-        iteration = f"(xl_t0 + xl_g) * {g.k} + xl_row"
+        position, row = "xl_t0 + xl_g", "xl_row0 + xl_ri"
+        size = f"xl_R * {g.size}"
 
-        def position_lets(inner: str) -> list[str]:
-            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = {iteration};"]
-                    + [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions]
-                    + self._head_lets(g.lets, inner))
+        def binds(names_, value):
+            return lambda inner: [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};" for n in names_]
 
-        lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};"]
-        lines += [f"{pad}[[maybe_unused]] const int32_t {names.cpp(n)} = xl_row;" for n in g.rows]
+        def iteration_lets(inner: str) -> list[str]:
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = ({position}) * {g.k} + {row};"]
+                    + binds(g.positions, position)(inner) + binds(g.rows, row)(inner) + self._head_lets(g.lets, inner))
+
+        lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};",
+                 f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
-        # A tail without reductions runs on a lane, the positions side by side (their sums left in
-        # lanes by a transposed butterfly); else the warp runs each position's tail in turn.
+        # A tail without reductions runs on a lane, the iterations side by side (their sums left in
+        # lanes by a transposed butterfly); else the warp runs each iteration's tail in turn.
         on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
-        sums = (lambda t, acc: f"XlGroupSum<{t}, {g.size}> {acc}") if on_lanes else (
-            lambda t, acc: f"{t} {acc}[{g.size}]")
+        sums = (lambda t, acc: f"XlGroupSum<{t}, {size}> {acc}") if on_lanes else (lambda t, acc: f"{t} {acc}[{size}]")
+        hoists = [("xl_c", g.per_row(s.var) | g.per_position(s.var), []),
+                  ("xl_a", g.per_row(s.var), [("xl_g", (g.positions, position))]),
+                  ("xl_w", g.per_position(s.var), [("xl_ri", (g.rows, row))])]
+        each = ["[[maybe_unused]] const int32_t xl_ri = xl_s % xl_R;", "[[maybe_unused]] const int32_t xl_g = xl_s / xl_R;"]
         try:
-            lines += self._tile_sums(g.sums, g.per_position(s.var), depth, sums,
-                                     lambda t, acc, _: f"xl_sum_group<{t}, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
-                                     "xl_g", position_lets)
+            lines += self._tile_sums(g.sums, hoists, depth, sums,
+                                     lambda t, acc, _: f"xl_sum_tile<{t}, xl_R, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
+                                     "int32_t xl_ri, int32_t xl_g", iteration_lets, order=["xl_w", "xl_a", "xl_c"])
             if on_lanes:
-                lines.append(f"{pad}xl_group_tails<{g.size}>(xl_n, [&](int32_t xl_g) {{")
-                lines += position_lets(pad + IND)
-                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_g)", "XL_LANE_STORE")
+                lines.append(f"{pad}xl_group_tails<{size}>(xl_n * xl_R, [&](int32_t xl_s) {{")
+                lines += [f"{pad}{IND}{x}" for x in each] + iteration_lets(pad + IND)
+                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_s)", "XL_LANE_STORE")
                 lines.append(f"{pad}}});")
             else:
-                # The tails, a position at a time (unrolled, so that the sums stay in registers:
+                # The tails, an iteration at a time (unrolled, so that the sums stay in registers:
                 # indexed by a variable they would not), each storing from its warp's lane 0.
-                lines.append(f"{pad}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{")
-                lines.append(f"{pad}{IND}if (xl_g >= xl_n) break;")
-                lines += position_lets(pad + IND)
-                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, "[xl_g]", "XL_ITER_STORE")
+                lines.append(f"{pad}XL_UNROLL for (int32_t xl_s = 0; xl_s < {size}; ++xl_s) {{")
+                lines.append(f"{pad}{IND}if (xl_s >= xl_n * xl_R) break;")
+                lines += [f"{pad}{IND}{x}" for x in each] + iteration_lets(pad + IND)
+                lines += self._tile_tail(s, g.sums, g.tail, depth + 1, "[xl_s]", "XL_ITER_STORE")
                 lines.append(f"{pad}}}")
         finally:
             self.bail, self.field_store, self.fast = saved
@@ -631,9 +660,10 @@ class CppEmitter:
             # a sum whose elements may fail: `if (xl_sum_rows<...>(...) == false) return false;` (the
             # tile then runs as the checked loop does: xl_lanes_grouped)
             lines += self._tile_sums(
-                g.sums, g.per_row(s.var), depth, lambda t, acc: f"XlRowSum<{t}, xl_R> {acc}",
+                g.sums, [("xl_w", g.per_row(s.var), [])], depth,
+                lambda t, acc: f"XlRowSum<{t}, xl_R> {acc}",
                 lambda t, acc, checked: ("if (" if checked else "") + f"xl_sum_rows<{t}, xl_R, "
-                f"{str(checked).lower()}>(xl_lo, xl_hi, xl_rlo, xl_rhi, {acc},", "xl_ri", row_lets)
+                f"{str(checked).lower()}>(xl_lo, xl_hi, xl_rlo, xl_rhi, {acc},", "int32_t xl_ri", row_lets)
             lines.append(f"{pad}xl_rows_tails<xl_R>(xl_rlo, xl_rhi, [&](int32_t xl_ri) {{")
             lines += row_lets(pad + IND)
             lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_ri)", "XL_LANE_STORE")

@@ -56,8 +56,12 @@ class Group:
     tail: tuple[ir.Stmt, ...]  # the rest of the body, per position
 
     def per_position(self, var: str) -> set[str]:
-        """Names whose value differs between the positions of a group."""
+        """Names whose value differs between the positions of a tile."""
         return _moving(self.lets, {var, *self.positions})
+
+    def per_row(self, var: str) -> set[str]:
+        """Names whose value differs between the rows of a tile."""
+        return _moving(self.lets, {var, *self.rows})
 
 
 def _split(s: ir.Stmt, var: str) -> tuple[str, int] | None:
@@ -221,20 +225,23 @@ class PoolPage:
     type = ir.I32
 
 
-def invariant_parts(e: ir.Expr, moving: set[str]) -> list:
+def invariant_parts(e: ir.Expr, moving: set[str], skip: set[int] = frozenset()) -> list:
     """The parts of a sum's element that are the same for every iteration of a tile (read no
     `moving` name), computed once per element for the tile, leftmost first: the largest
     subexpressions that read memory (a group's weight; a tile of rows' activation, attention
     weight, page table entry), and the checked page of a pool read whose page index is such but
     whose other indices are not (PoolPage: the page index's checks and the owner check once for
     the tile's rows). A part that may fail fails the tile, which then runs an iteration at a
-    time (xl_shared_part), so hoisting it cannot change which error an iteration reports."""
+    time (xl_shared_part), so hoisting it cannot change which error an iteration reports.
+    Subexpressions whose id is in `skip` (another hoist's parts) are neither taken nor searched."""
     found: list = []
 
     def reads_memory(x) -> bool:
         return isinstance(x, (ir.TensorLoad, ir.Load, ir.PoolLoad)) or any(reads_memory(c) for c in ranges.children(x))
 
     def visit(x):
+        if id(x) in skip:
+            return
         if not (locals_read(x) & moving):
             if reads_memory(x):
                 found.append(x)

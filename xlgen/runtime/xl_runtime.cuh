@@ -1062,6 +1062,8 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 #if XL_ON_GPU
 #define XL_LANE ((int64_t)(threadIdx.x & 31u))
 #define XL_UNROLL _Pragma("unroll")
+#define XL_PRAGMA_TEXT(x) _Pragma(#x)
+#define XL_PRAGMA(x) XL_PRAGMA_TEXT(x)
 #else
 #define XL_UNROLL
 #endif
@@ -1118,9 +1120,11 @@ template <> XL_HD float xl_sum_identity<float>() { return -0.0f; }  // x + -0.0 
 // the proved bound) the team takes them in tiles, each tile's sums together, in the order of
 // §13.2 (bits unchanged), and the first failing iteration (by index) is noted:
 // - grouped (several positions, weight-once): with more than XL_GROUP_MIN_POSITIONS - 1
-//   positions per row, a warp takes every position t of a row: grouped(row, t0, n, first) runs
-//   iterations (t0 + g) * K + row for g < n <= G, their sums reading each weight once
-//   (xl_sum_group), then their tails;
+//   positions per row, a warp takes R = xl_group_rows_per_tile<K, G>() rows and up to G of their
+//   positions (a row at a time where the range starts or ends inside a position):
+//   grouped(XlInt<R>, row0, t0, n, first) runs iterations (t0 + g) * K + row0 + r for r < R, g < n
+//   <= G, their sums reading each weight once for the positions and each activation once for
+//   the rows (xl_sum_tile), then their tails;
 // - rows (one position, several rows): otherwise, a warp takes R = xl_rows_per_tile<K>() rows of
 //   one position: rows(XlInt<R>, t, row0, rlo, rhi, first) runs iterations t * K + row0 + r for
 //   rlo <= r < rhi, their sums with every row's loads in flight together (xl_sum_rows), each
@@ -1156,6 +1160,25 @@ constexpr int xl_rows_per_tile() {
     return r;
 }
 
+// Rows per weight-once tile for K rows and groups of G positions (xl_lanes_grouped): a power of
+// two dividing K, at most XL_GROUP_ROWS, R * G <= 64 sums (XlGroupSum), as many as give every warp
+// of the team a tile; 1 in a team of 32 warps (64 registers a thread: R * G accumulators would
+// spill). -DXL_GROUP_ROWS=1 takes a row at a time (an A/B switch).
+#ifndef XL_GROUP_ROWS
+#define XL_GROUP_ROWS 4
+#endif
+template <int K, int G>
+#if XL_ON_GPU
+__host__ __device__
+#endif
+constexpr int xl_group_rows_per_tile() {
+    int r = 1;
+    while (XL_TEAM_WARPS <= 16 && 2 * r <= XL_GROUP_ROWS && K % (2 * r) == 0 && 2 * r * G <= 64
+           && 2 * r * XL_TEAM_WARPS <= K)
+        r *= 2;
+    return r;
+}
+
 template <bool EntrySync, int K, int G, bool Split, typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
                                 Grouped grouped, Rows rows) {
@@ -1175,10 +1198,21 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
 #endif
     if constexpr (has_grouped) {
         if (many) {
-            for (int32_t row = start; row < K; row += stride) {
-                const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;  // lo >= 0 on the fast path
-                const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
-                for (int32_t t0 = t_first; t0 < t_end; t0 += G) grouped(row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+            constexpr int R = xl_group_rows_per_tile<K, G>();
+            if (R > 1 && lo % K == 0 && hi % K == 0) {  // whole positions: tiles of R rows x G positions
+                constexpr int32_t tiles = K / R;      // per group of positions
+                const int32_t t_first = lo / K, t_end = hi / K, groups = (t_end - t_first + G - 1) / G;
+                for (int32_t q = start; q < tiles * groups; q += stride) {
+                    const int32_t t0 = t_first + (q / tiles) * G;
+                    grouped(XlInt<R>{}, (q % tiles) * R, t0, t_end - t0 < G ? t_end - t0 : G, first);
+                }
+            } else {  // a row at a time, each its own positions (lo >= 0 on the fast path)
+                for (int32_t row = start; row < K; row += stride) {
+                    const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;
+                    const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
+                    for (int32_t t0 = t_first; t0 < t_end; t0 += G)
+                        grouped(XlInt<1>{}, row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+                }
             }
             xl_team_err_finish(err, key, first);
             return;
@@ -1365,48 +1399,6 @@ constexpr int xl_pow2_at_least(int n) {
     return p;
 }
 
-// The sums of a group of n <= G positions (xl_lanes_grouped), over the same j range: sum(j in
-// lo..hi: elem(g, j, w(j))), each in the order of xl_reduce_sum (lane l adds elements l, l + 32,
-// ... then the butterfly), w(j) -- the weight, the same for every position -- read once per
-// element. No element can fail (emit_cpp.py groups only such sums). Into out[g] for every lane
-// (a tail that the warp runs), or into an XlGroupSum: position g's sum in lanes of its own
-// (a tail that runs on a lane: xl_group_tails).
-template <typename T, int G, typename Weight, typename Elem>
-XL_DEVICE void xl_group_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[xl_pow2_at_least(G)], Weight w, Elem elem) {
-#if XL_ON_GPU
-#pragma unroll
-    for (int g = 0; g < xl_pow2_at_least(G); ++g) acc[g] = xl_sum_identity<T>();
-    // unrolled: several elements' weight loads in flight at once (a 9-position pass measured
-    // 540 -> 453 us on an H100, team 32; docs/benchmarks.md)
-#pragma unroll 4
-    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-        const auto wj = w((int32_t)j);
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            if (g < n) acc[g] = xl_sum_add(acc[g], elem(g, (int32_t)j, wj));
-    }
-#endif
-}
-
-template <typename T, int G, typename Weight, typename Elem>
-XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, T (&out)[G], Weight w, Elem elem) {
-#if XL_ON_GPU
-    T acc[xl_pow2_at_least(G)];
-    xl_group_partials<T, G>(lo, hi, n, acc, w, elem);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        if (g < n)
-            for (int k = 16; k >= 1; k >>= 1) acc[g] = xl_sum_add(acc[g], __shfl_xor_sync(0xFFFFFFFFu, acc[g], k));
-        out[g] = acc[g];
-    }
-#else
-    for (int g = 0; g < n; ++g) {
-        XlErr e = {0, 0, 0};
-        out[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
-    }
-#endif
-}
-
 // The largest power of two <= n (n >= 1).
 #if XL_ON_GPU
 __host__ __device__
@@ -1417,66 +1409,132 @@ constexpr int xl_pow2_at_most(int n) {
     return p;
 }
 
-// A group's sums left in lanes (xl_sum_group, a tail that runs on a lane: xl_group_tails): the
-// first P = xl_pow2_at_most(G) positions by a transposed butterfly (position g in lanes g * 32 /
-// P ...), the other G - P < P, in every lane, by plain butterflies. A group of 9 positions so
-// shuffles 8 partials and 1, where a transposed butterfly over all of them would shuffle 16 (7
-// of them empty). The CPU build keeps all G.
-template <typename T, int G>
+// A weight-once tile's S <= 64 sums left in lanes (xl_sum_tile; a tail that runs on a lane:
+// xl_group_tails): the first P = the largest power of two <= min(S, 32) by a transposed butterfly
+// (sum s in lanes s * 32 / P ...), the other S - P, in every lane, by plain butterflies. A group of
+// 9 positions so shuffles 8 partials and 1, where a transposed butterfly over all of them would
+// shuffle 16 (7 of them empty). The CPU build keeps all S.
+template <typename T, int S>
 struct XlGroupSum {
+    static_assert(S >= 1 && S <= 64, "sums per weight-once tile: at most 64");
 #if XL_ON_GPU
-    static constexpr int P = xl_pow2_at_most(G);
-    T v;                            // this lane's position among the first P (xl_row_of_lane<P>)
-    T rest[G > P ? G - P : 1];      // positions P .. G - 1
-    XL_DEVICE T of(int32_t g) const {
+    static constexpr int P = xl_pow2_at_most(S < 32 ? S : 32);
+    T v;                            // this lane's sum among the first P (xl_row_of_lane<P>)
+    T rest[S > P ? S - P : 1];      // sums P .. S - 1
+    XL_DEVICE T of(int32_t s) const {
         T x = v;
 #pragma unroll
-        for (int q = 0; q < G - P; ++q)
-            if (g == P + q) x = rest[q];  // (selects: an index into registers would go to memory)
+        for (int q = 0; q < S - P; ++q)
+            if (s == P + q) x = rest[q];  // (selects: an index into registers would go to memory)
         return x;
     }
 #else
-    T v[G];
-    T of(int32_t g) const { return v[g]; }
+    T v[S];
+    T of(int32_t s) const { return v[s]; }
 #endif
 };
 
-template <typename T, int G, typename Weight, typename Elem>
-XL_DEVICE void xl_sum_group(int32_t lo, int32_t hi, int32_t n, XlGroupSum<T, G>& out, Weight w, Elem elem) {
+// The sums of a weight-once tile (xl_lanes_grouped): R rows times n <= G positions, over the same
+// j range, sum s = g * R + r (position g, row r) being sum(j in lo..hi: elem(r, g, j, w(r, j, c(j)),
+// a(g, j, c(j)), c(j))), each in the order of xl_reduce_sum (lane l adds elements l, l + 32, ...
+// then the butterfly). c(j) -- the part the same for every iteration of the tile (a norm's gain)
+// -- is read once per element, w(r, j, c) -- the part the same for every position (the weight) --
+// once for all positions, a(g, j, c) -- the part the same for every row (the activation, its
+// normalisation) -- once for all rows. No element can fail (emit_cpp.py groups only such sums).
+// Into out[s] for every lane (a tail that the warp runs), or into an XlGroupSum (a tail that runs
+// on a lane: xl_group_tails).
+template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
+XL_DEVICE void xl_tile_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[R * G], W& w, A& a, C& c, Elem& elem) {
 #if XL_ON_GPU
-    constexpr int P = XlGroupSum<T, G>::P;
-    T acc[xl_pow2_at_least(G)];
-    xl_group_partials<T, G>(lo, hi, n, acc, w, elem);
-    T first[P];
 #pragma unroll
-    for (int g = 0; g < P; ++g) first[g] = acc[g];
-    out.v = xl_transposed_sum<T, P>(first);
+    for (int s = 0; s < R * G; ++s) acc[s] = xl_sum_identity<T>();
+    // unrolled: several elements' loads in flight at once (a 9-position pass measured 540 -> 453
+    // us on an H100 with one row a warp, team 32; docs/benchmarks.md); with several rows less
+    // (XL_TILE_UNROLL): their R * G accumulators take the registers (the real pair's 9-position
+    // pass, 4 x 9, took 419 us unrolled by 4 (spilling), 365 by 1, 354 by 2)
+#ifndef XL_TILE_UNROLL
+#define XL_TILE_UNROLL 2
+#endif
+    XL_PRAGMA(unroll (R == 1 ? 4 : XL_TILE_UNROLL))
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
+        const auto cj = c((int32_t)j);
+        decltype(w(0, 0, cj)) wr[R];
 #pragma unroll
-    for (int q = 0; q < G - P; ++q) {
-        T x = acc[P + q];
-        if (P + q < n)  // (the same on every lane)
-            for (int k = 16; k >= 1; k >>= 1) x = xl_sum_add(x, __shfl_xor_sync(0xFFFFFFFFu, x, k));
-        out.rest[q] = x;
-    }
-#else
-    for (int g = 0; g < n; ++g) {
-        XlErr e = {0, 0, 0};
-        out.v[g] = xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T { return elem(g, j, w(j)); });
+        for (int r = 0; r < R; ++r) wr[r] = w(r, (int32_t)j, cj);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            if (g < n) {
+                const auto ag = a(g, (int32_t)j, cj);
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    acc[g * R + r] = xl_sum_add(acc[g * R + r], elem(r, g, (int32_t)j, wr[r], ag, cj));
+            }
+        }
     }
 #endif
 }
 
-// Each position's tail of a group (XlGroupSum), g < n: on the GPU position g < P on the first
-// lane holding its sum, position P + q on the second lane of position q's (32 / P >= 2 lanes
-// each), side by side; in the CPU build one after another.
-template <int G, typename Tail>
+// The CPU build: each sum on its own, by xl_reduce_sum (the same bits).
+template <typename T, int R, typename W, typename A, typename C, typename Elem>
+XL_DEVICE T xl_tile_sum_alone(int32_t lo, int32_t hi, int32_t s, W& w, A& a, C& c, Elem& elem) {
+    XlErr e = {0, 0, 0};
+    const int32_t r = s % R, g = s / R;
+    return xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T {
+        const auto cj = c(j);
+        return elem(r, g, j, w(r, j, cj), a(g, j, cj), cj);
+    });
+}
+
+template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
+XL_DEVICE void xl_sum_tile(int32_t lo, int32_t hi, int32_t n, T (&out)[R * G], W w, A a, C c, Elem elem) {
+#if XL_ON_GPU
+    xl_tile_partials<T, R, G>(lo, hi, n, out, w, a, c, elem);
+#pragma unroll
+    for (int s = 0; s < R * G; ++s)
+        if (s < n * R)
+            for (int k = 16; k >= 1; k >>= 1) out[s] = xl_sum_add(out[s], __shfl_xor_sync(0xFFFFFFFFu, out[s], k));
+#else
+    for (int32_t s = 0; s < n * R; ++s) out[s] = xl_tile_sum_alone<T, R>(lo, hi, s, w, a, c, elem);
+#endif
+}
+
+template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
+XL_DEVICE void xl_sum_tile(int32_t lo, int32_t hi, int32_t n, XlGroupSum<T, R * G>& out, W w, A a, C c, Elem elem) {
+#if XL_ON_GPU
+    constexpr int P = XlGroupSum<T, R * G>::P;
+    T acc[R * G];
+    xl_tile_partials<T, R, G>(lo, hi, n, acc, w, a, c, elem);
+    T first[P];
+#pragma unroll
+    for (int s = 0; s < P; ++s) first[s] = acc[s];
+    out.v = xl_transposed_sum<T, P>(first);
+#pragma unroll
+    for (int q = 0; q < R * G - P; ++q) {
+        T x = acc[P + q];
+        if (P + q < n * R)  // (the same on every lane)
+            for (int k = 16; k >= 1; k >>= 1) x = xl_sum_add(x, __shfl_xor_sync(0xFFFFFFFFu, x, k));
+        out.rest[q] = x;
+    }
+#else
+    for (int32_t s = 0; s < n * R; ++s) out.v[s] = xl_tile_sum_alone<T, R>(lo, hi, s, w, a, c, elem);
+#endif
+}
+
+// Each sum's tail of a tile (XlGroupSum), s < n: on the GPU sum s < P on the first lane holding
+// it, sum P + q on the second lane of sum q's (32 / P >= 2 lanes each) or, with P = 32, on lane q
+// after its first; in the CPU build one after another.
+template <int S, typename Tail>
 XL_DEVICE void xl_group_tails(int32_t n, Tail tail) {
 #if XL_ON_GPU
-    constexpr int P = xl_pow2_at_most(G), span = 32 / P;
-    const int32_t lane = (int32_t)(threadIdx.x & 31u), slot = lane % span, g = slot == 0 ? lane / span : P + lane / span;
-    if (slot <= 1 && g < n) tail(g);
+    constexpr int P = XlGroupSum<float, S>::P, span = 32 / P;
+    const int32_t lane = (int32_t)(threadIdx.x & 31u), slot = lane % span;
+    if (slot == 0 && lane / span < n) tail(lane / span);
+    if constexpr (S > P) {
+        const int32_t q = span == 1 ? lane : (slot == 1 ? lane / span : S);
+        if (q < S - P && P + q < n) tail(P + q);
+    }
 #else
-    for (int32_t g = 0; g < n; ++g) tail(g);
+    for (int32_t s = 0; s < n; ++s) tail(s);
 #endif
 }
 
