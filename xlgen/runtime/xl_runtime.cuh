@@ -1389,16 +1389,6 @@ XL_DEVICE T xl_transposed_sum(T (&part)[R]) {
 }
 #endif
 
-// The least power of two >= n (n <= 32): the rows of a transposed butterfly.
-#if XL_ON_GPU
-__host__ __device__
-#endif
-constexpr int xl_pow2_at_least(int n) {
-    int p = 1;
-    while (p < n) p *= 2;
-    return p;
-}
-
 // The largest power of two <= n (n >= 1).
 #if XL_ON_GPU
 __host__ __device__
