@@ -6,7 +6,7 @@ simulator against the CPU build, over a range of seeds, one process per core.
     BACKENDS=gpu-fast SCHEDULE_FREE=1 python3 scripts/fuzz_many.py ...  # fast mode against sim.run_interleaved
                                                                # (without SCHEDULE_FREE: what every schedule holds)
     GROUPED=1 python3 scripts/fuzz_many.py ...                 # only programs with a weight-once loop
-                                                               # (backends/grouping.py: ~4% of them)
+                                                               # (backends/grouping.py: ~8% of them)
     ROWS=1 python3 scripts/fuzz_many.py ...                    # only programs with a loop run in tiles of
                                                                # rows (grouping.rows_plan)
     PROCS=1 python3 scripts/fuzz_many.py ...                   # only programs using procs (~22% of them)

@@ -23,6 +23,7 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
         self.tile_rng = random.Random(f"tile lets {seed}")
         self.pool_rows_rng = random.Random(f"pool rows {seed}")
         self.runs_rng = random.Random(f"reduction runs {seed}")
+        self.matvec_rng = random.Random(f"matvec sums {seed}")
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs
@@ -57,9 +58,10 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
     def pick(self, seq):
         return self.rng.choice(list(seq))
 
-    def fresh(self, prefix: str, avoid=()) -> str:
-        """A new global-unique name: mostly `prefix` + a number, sometimes one of NASTY_NAMES."""
-        if self.nasty and self.chance(0.25):
+    def fresh(self, prefix: str, avoid=(), nasty: bool = True) -> str:
+        """A new global-unique name: mostly `prefix` + a number, sometimes one of NASTY_NAMES
+        (never with nasty False: then the main stream of choices is not drawn from)."""
+        if nasty and self.nasty and self.chance(0.25):
             options = [n for n in NASTY_NAMES + self.derived
                        if n not in self.used and n not in _NOT_NAMES and n not in avoid]
             if options:

@@ -290,7 +290,43 @@ class StatementGen:
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
         for _ in range(self.rng.randrange(1, 4)):
             lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
+        if self.matvec_rng.random() < 0.4:  # a stream of its own: older seeds unchanged
+            lines += self.matvec_sum(ctx, row, col, ind)
         return lines
+
+    def matvec_sum(self, ctx: Ctx, position: str, row: str, ind: int) -> list[str]:
+        """A sum as the real pair's matrix-vector loops write it, `w[row, j] * (x[position * n + j]
+        * g[j])` or `w[row, j] * x[position * n + j]`: a weight read by the row, an activation by
+        the position, a gain by neither (a weight-once tile reads each once for the tile's
+        positions, rows and iterations: backends/grouping.py). Tensors and arrays the loop does
+        not write, indices that cannot fail."""
+        rng = self.matvec_rng
+        written = ctx.lanes or {}
+        arrays = [a for a in self.arrays_of(ctx, "f32") if a.name not in written]
+        n = rng.choice([8, 32, 40])
+        j = self.fresh("j", nasty=False)
+
+        def read(lead: str | None) -> str | None:  # an element at (lead, j), lead an i32 >= 0
+            options = [("tensor", x) for x in self.tensors] + [("array", a) for a in arrays]
+            if not options:
+                return None
+            kind, x = rng.choice(options)
+            flat = f"{lead} * {n} + {j}" if lead else j
+            if kind == "array":
+                return f"{x.name}[({flat}) % {x.type.length}]"
+            name, dims = x
+            if len(dims) == 1:
+                return f"{name}[({flat}) % {dims[0]}]"
+            first = ["0"] * (len(dims) - 2) + [f"{lead} % {dims[-2]}" if lead else "0"]
+            return f"{name}[{', '.join(first)}, {j} % {dims[-1]}]"
+
+        w, x, g = read(row), read(position), read(None)
+        if w is None or x is None or g is None:
+            return []
+        value = f"{w} * ({x} * {g})" if rng.random() < 0.6 else f"{w} * {x}"
+        name = self.fresh("mv", nasty=False)
+        ctx.scopes[-1][name] = Sym(name, "f32")
+        return [f"{'    ' * ind}let {name} = sum({j} in 0..{n}: {value})"]
 
     def reduction_run(self, ctx: Ctx, ind: int) -> list[str]:
         """A reduction, and now and then (a stream of its own) more right after it over the same
