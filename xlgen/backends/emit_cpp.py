@@ -592,12 +592,11 @@ class CppEmitter:
         position, row = "xl_t0 + xl_g", "xl_row0 + xl_ri"
         size = f"xl_R * {g.size}"
 
-        def binds(names_, value):
-            return lambda inner: [f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};" for n in names_]
-
         def iteration_lets(inner: str) -> list[str]:
-            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(s.var)} = ({position}) * {g.k} + {row};"]
-                    + binds(g.positions, position)(inner) + binds(g.rows, row)(inner) + self._head_lets(g.lets, inner))
+            bound = [(s.var, f"({position}) * {g.k} + {row}")] + [(n, position) for n in g.positions] + [
+                (n, row) for n in g.rows]
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};" for n, value in bound]
+                    + self._head_lets(g.lets, inner))
 
         lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};",
                  f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]

@@ -1167,6 +1167,12 @@ constexpr int xl_rows_per_tile() {
 #ifndef XL_GROUP_ROWS
 #define XL_GROUP_ROWS 4
 #endif
+// How far a lane's elements of a tile of several rows are unrolled: its R * G accumulators take
+// the registers (the real pair's 9-position pass, 4 x 9, took 419 us unrolled by 4, spilling; 365
+// by 1; 354 by 2, the default).
+#ifndef XL_TILE_UNROLL
+#define XL_TILE_UNROLL 2
+#endif
 template <int K, int G>
 #if XL_ON_GPU
 __host__ __device__
@@ -1440,11 +1446,7 @@ XL_DEVICE void xl_tile_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[R * 
     for (int s = 0; s < R * G; ++s) acc[s] = xl_sum_identity<T>();
     // unrolled: several elements' loads in flight at once (a 9-position pass measured 540 -> 453
     // us on an H100 with one row a warp, team 32; docs/benchmarks.md); with several rows less
-    // (XL_TILE_UNROLL): their R * G accumulators take the registers (the real pair's 9-position
-    // pass, 4 x 9, took 419 us unrolled by 4 (spilling), 365 by 1, 354 by 2)
-#ifndef XL_TILE_UNROLL
-#define XL_TILE_UNROLL 2
-#endif
+    // (XL_TILE_UNROLL)
     XL_PRAGMA(unroll (R == 1 ? 4 : XL_TILE_UNROLL))
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
         const auto cj = c((int32_t)j);
