@@ -141,27 +141,36 @@ __device__ __forceinline__ bool xl_grid_sync(XlControl* ctl, const volatile int3
 #ifndef XL_COPY_BATCH
 #define XL_COPY_BATCH 16
 #endif
-// `rank`: the thread's place in the request's team (a warp's lane, or with teams of
-// several warps the thread's index in the block).
-__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank) {
-    constexpr int stride = XL_TEAM_THREADS;
-    for (int base = rank; base < XL_REQUEST_WORDS; base += stride * XL_COPY_BATCH) {
+// Words lo..hi-1 of a request. `rank`: the thread's place among the team's threads in its block
+// (a warp's lane, or with teams of several warps the thread's index in the block).
+__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank,
+                                              int lo = 0, int hi = XL_REQUEST_WORDS) {
+    constexpr int stride = XL_BLOCK_THREADS;
+    for (int base = lo + rank; base < hi; base += stride * XL_COPY_BATCH) {
         uint32_t v[XL_COPY_BATCH];
 #pragma unroll
         for (int b = 0; b < XL_COPY_BATCH; ++b) {
-            if (base + stride * b < XL_REQUEST_WORDS) v[b] = src[base + stride * b];
+            if (base + stride * b < hi) v[b] = src[base + stride * b];
         }
 #pragma unroll
         for (int b = 0; b < XL_COPY_BATCH; ++b) {
-            if (base + stride * b < XL_REQUEST_WORDS) dst[base + stride * b] = v[b];
+            if (base + stride * b < hi) dst[base + stride * b] = v[b];
         }
     }
-    XL_TEAM_SYNC();
+    XL_TEAM_BLOCK_SYNC();
 }
 
-// Thread 0's value, to the whole team.
+// The team's first thread's value, to the whole team.
 __device__ __forceinline__ int xl_team_broadcast(int v) {
-#if XL_TEAM_WARPS > 1
+#if XL_TEAM_BLOCKS > 1
+    __shared__ int xl_broadcast;
+    if (XL_TEAM_RANK == 0)
+        for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) xl_cluster_put(&xl_broadcast, b, v);
+    xl_cluster_sync();
+    const int out = xl_broadcast;
+    xl_cluster_sync();
+    return out;
+#elif XL_TEAM_WARPS > 1
     __shared__ int xl_broadcast;
     if (threadIdx.x == 0) xl_broadcast = v;
     __syncthreads();
@@ -193,10 +202,14 @@ __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, u
 #endif
 }
 
-// Before anyone else may read reqs[id] (an arbiter, block 0, the next round).
+// Before anyone else may read reqs[id] (an arbiter, block 0, the next round). The blocks of a
+// cluster team each copy back their share (their copies are the same).
 __device__ __forceinline__ void xl_put_request(Request* reqs, int32_t id, const uint32_t* slot, int lane) {
     XL_TEAM_SYNC();
-#if XL_REQUEST_IN_SHARED == 1
+#if XL_REQUEST_IN_SHARED == 1 && XL_TEAM_BLOCKS > 1
+    const int share = (XL_REQUEST_WORDS + XL_TEAM_BLOCKS - 1) / XL_TEAM_BLOCKS, lo = (int)xl_cluster_rank() * share;
+    xl_copy_words(reinterpret_cast<uint32_t*>(reqs + id), slot, lane, lo, min(XL_REQUEST_WORDS, lo + share));
+#elif XL_REQUEST_IN_SHARED == 1
     xl_copy_words(reinterpret_cast<uint32_t*>(reqs + id), slot, lane);
 #else
     (void)reqs;
@@ -351,9 +364,12 @@ __device__ __forceinline__ XlSpan xl_span_grid(int32_t n, XlGrid* grid) {
     return XlSpan{lo, min(n, lo + per), n, grid};
 }
 
-// A team of several warps is the whole block: bound the registers so that it can start.
-#if XL_TEAM_WARPS > 1
-#define XL_DETERMINISTIC_BOUNDS __launch_bounds__(XL_TEAM_THREADS)
+// A team of several warps is the whole block (or a cluster of them): bound the registers so that
+// it can start.
+#if XL_TEAM_BLOCKS > 1
+#define XL_DETERMINISTIC_BOUNDS __launch_bounds__(XL_BLOCK_THREADS) __cluster_dims__(XL_TEAM_BLOCKS, 1, 1)
+#elif XL_TEAM_WARPS > 1
+#define XL_DETERMINISTIC_BOUNDS __launch_bounds__(XL_BLOCK_THREADS)
 #else
 #define XL_DETERMINISTIC_BOUNDS
 #endif
@@ -368,16 +384,17 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     const int lane = (int)(threadIdx.x & 31u);
     const int warp = (int)(threadIdx.x >> 5);
     const int warps_per_block = (int)(blockDim.x >> 5);
-#if XL_TEAM_WARPS > 1  // a team of several warps: the block serves one request at a time
+#if XL_TEAM_WARPS > 1  // a team of several warps: the block (or cluster) serves one request at a time
     (void)lane;
     (void)warp;
     (void)warps_per_block;
-    const int rank = (int)threadIdx.x;
-    const int gteam = (int)blockIdx.x;
-    const int nteams = (int)gridDim.x;
+    const int rank = (int)XL_TEAM_RANK, block_rank = (int)threadIdx.x;
+    const int gteam = (int)blockIdx.x / XL_TEAM_BLOCKS;  // (a cluster's blocks are consecutive)
+    const int nteams = (int)gridDim.x / XL_TEAM_BLOCKS;
     uint32_t* slot = xl_smem;
+    xl_team_start();
 #else
-    const int rank = lane;
+    const int rank = lane, block_rank = lane;
     const int gteam = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nteams = (int)gridDim.x * warps_per_block;
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
@@ -414,7 +431,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
             // no arbiter wrote it since (k != 2), the slot still holds it. Anything new in
             // phase 2 that writes reqs[] must clear XL_KEEP_REQUEST_ON_CHIP (or mark k = 2).
             const bool held = XL_KEEP_REQUEST_ON_CHIP && id == held_id && held_round == round - 1;
-            Request& r = xl_take_request(reqs, id, slot, rank, !held);
+            Request& r = xl_take_request(reqs, id, slot, block_rank, !held);
             if (rank == 0) where[gteam] = XlWhere{id, round, -1, 0};
             const bool alive = run_request_stages(r, *sh, p, id, round, sink, rank == 0);
             XL_TEAM_SYNC();
@@ -424,7 +441,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
                 else if (XL_NUM_PHASE2 > 0 && XL_DONE_READS_SHARED) k = 3;
                 else k = retire_check(r, *sh, p, id, round, sink) == 0 ? 1 : 0;
             }
-            xl_put_request(reqs, id, slot, rank);
+            xl_put_request(reqs, id, slot, block_rank);
             if (rank == 0) keep[i] = k;
             turns |= k == 2;
             held_id = xl_team_broadcast(k) == 2 ? -1 : id;

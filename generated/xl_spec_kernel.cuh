@@ -17,8 +17,9 @@
 
 // A pool's store (pools are in global memory, never in the request's slot): in ordinary stage
 // code one thread of the team stores between two syncs (with a team of several warps,
-// XL_TEAM_SYNC is the block's barrier); in an iteration holding reductions, lane 0 of the
-// iteration's warp. A lanes loop's iteration stores plainly. The CPU build stores directly.
+// XL_TEAM_SYNC is the block's barrier, or the cluster's); in an iteration holding reductions,
+// lane 0 of the iteration's warp. A lanes loop's iteration stores plainly. The CPU build stores
+// directly.
 #if XL_ON_GPU
 #define XL_POOL_STORE(lhs, value)                            \
     do {                                                     \
@@ -63,6 +64,24 @@ __shared__ void* xl_twin[32];
         __syncwarp();                                                                                \
     } while (0)
 #define XL_ITER_STORE XL_WARP_STORE
+#elif XL_ON_GPU && XL_TEAM_BLOCKS > 1
+// A team of several blocks: each block has a copy of the request (xl_runtime.cuh, xl_team_loop).
+// An ordinary store, whose value every block computes alike, goes into the block's own copy
+// between its block's barriers; an iteration's, into every copy where its loop is spread.
+#define XL_WARP_STORE(lhs, value)                            \
+    do {                                                     \
+        const auto xl_stored = (value);                      \
+        __syncthreads();                                     \
+        if (threadIdx.x == 0) lhs = xl_stored;               \
+        __syncthreads();                                     \
+    } while (0)
+#define XL_ITER_STORE(lhs, value)                                      \
+    do {                                                               \
+        const auto xl_stored = (value);                                \
+        __syncwarp();                                                  \
+        if ((threadIdx.x & 31u) == 0u) xl_store_team(lhs, xl_stored);  \
+        __syncwarp();                                                  \
+    } while (0)
 #else
 // Nothing to write through: the request is stored like a pool.
 #define XL_WARP_STORE XL_POOL_STORE
@@ -70,6 +89,9 @@ __shared__ void* xl_twin[32];
 #endif
 #if XL_ON_GPU && XL_TEAM_WARPS > 1 && XL_REQUEST_IN_SHARED == 2
 #error "a team of several warps keeps its request in shared memory copied back (XL_REQUEST_IN_SHARED 1) or in global memory (0)"
+#endif
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1 && XL_REQUEST_IN_SHARED != 1
+#error "a team of several blocks keeps a copy of its request in each block's shared memory (XL_REQUEST_IN_SHARED 1)"
 #endif
 // A lanes loop's store: each lane writes its own element (xl_lanes syncs the warp after).
 #if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
@@ -80,6 +102,8 @@ __shared__ void* xl_twin[32];
         *reinterpret_cast<decltype(&(lhs))>(static_cast<char*>(xl_twin[threadIdx.x >> 5]) +         \
             (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = xl_stored; \
     } while (0)
+#elif XL_ON_GPU && XL_TEAM_BLOCKS > 1
+#define XL_LANE_STORE(lhs, value) xl_store_team(lhs, (value))
 #else
 #define XL_LANE_STORE(lhs, value) do { lhs = (value); } while (0)
 #endif

@@ -11,7 +11,8 @@
 #   ncu     warp instructions executed (ncu) of the GEMV example and of one real-pair launch,
 #           this tree and .base/, divided by multiply-adds (scripts/inst_per_mac.py)
 #   fuzz    the differential fuzzer on the GPU (scripts/fuzz_many.py; FUZZ_FIRST, FUZZ_COUNT programs per
-#           shape of FUZZ_SHAPES): teams of 1, 4, 8 and 16 warps in deterministic mode, fast mode on
+#           shape of FUZZ_SHAPES): teams of 1, 4, 8 and 16 warps in deterministic mode (WxB: W warps in
+#           each of a cluster's B blocks, e.g. 4x2), fast mode on
 #           schedule-free programs against sim.run_interleaved ("fast") and on any program ("fast-any")
 #   cpufuzz the simulator against the CPU build on the machine's cores (CPUFUZZ_FIRST, CPUFUZZ_COUNT)
 #
@@ -50,6 +51,8 @@ for part in "$@"; do
             case $shape in  # a team of N warps (deterministic mode), or fast mode
             fast) env=(XLGEN_TEAM_WARPS=1 BACKENDS=gpu-fast SCHEDULE_FREE=1); first=$(( ${FUZZ_FIRST:-950000} + 200000 )) ;;
             fast-any) env=(XLGEN_TEAM_WARPS=1 BACKENDS=gpu-fast); first=$(( ${FUZZ_FIRST:-950000} + 300000 )) ;;
+            *x*) w=${shape%x*}; b=${shape#*x}  # W warps x B blocks: a cluster per request
+                env=(XLGEN_TEAM_WARPS=$w XLGEN_TEAM_BLOCKS=$b BACKENDS=gpu); first=$(( ${FUZZ_FIRST:-950000} + 400000 + w * b * 10000 )) ;;
             *) env=(XLGEN_TEAM_WARPS=$shape BACKENDS=gpu); first=$(( ${FUZZ_FIRST:-950000} + shape * 10000 )) ;;
             esac
             env "${env[@]}" JOBS=${FUZZ_JOBS:-14} timeout ${FUZZ_TIMEOUT:-130} \

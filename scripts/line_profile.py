@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--team-warps", type=int, default=16)
+    ap.add_argument("--team-blocks", type=int, default=1, help="blocks per team, a cluster (default 1)")
     ap.add_argument("--n", type=int, default=64, help="new tokens per prompt (default 64)")
     ap.add_argument("--block", type=int, default=0, help="a fixed block size (default 0: plain greedy)")
     ap.add_argument("--prompts", default="code_class,prose_modern", help="prompts by name or kind")
@@ -67,12 +68,13 @@ def main(argv=None) -> int:
     policy = ("fixed", args.block) if args.block else ("plain",)
     params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params(*policy))
     prompts = rp.select_prompts(rp.load_prompts(), args.prompts)
-    module = gpu.compile_module(compiled, team_warps=args.team_warps).module
+    module = gpu.compile_module(compiled, team_warps=args.team_warps, team_blocks=args.team_blocks).module
     memory = cupy.cuda.UnownedMemory(module.get_global_var("xl_line_prof"), SITES * 16, None)
     prof = cupy.ndarray((SITES, 2), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
 
     def launch(inputs):
-        return gpu.run(compiled, params, inputs, sim.LaunchConfig(max_active=1), team_warps=args.team_warps)
+        return gpu.run(compiled, params, inputs, sim.LaunchConfig(max_active=1), team_warps=args.team_warps,
+                       team_blocks=args.team_blocks)
 
     def profile(n: int):
         """The counters and kernel ms of the prompts with n new tokens, one launch each (after a warm-up)."""
@@ -102,7 +104,8 @@ def main(argv=None) -> int:
     root = Path.cwd()
     rows = sorted(by_line.items(), key=lambda kv: -kv[1][0])
     what = (f"block {args.block}" if args.block else "plain greedy") + (", decode steps only" if args.decode_only else "")
-    print(f"{what}, {len(prompts)} prompts x {args.n} tokens, team of {args.team_warps} warps: kernel {kernel_ms:.2f} ms, "
+    print(f"{what}, {len(prompts)} prompts x {args.n} tokens, team of {args.team_warps} warps"
+          f"{f' x {args.team_blocks} blocks' if args.team_blocks > 1 else ''}: kernel {kernel_ms:.2f} ms, "
           f"marked {total / CLOCK_GHZ / 1e6:.2f} ms at {CLOCK_GHZ} GHz ({total / max(tokens, 1) / CLOCK_GHZ / 1e3:.1f} us per token)")
     print(f"{'site':52} {'share':>6} {'us/token':>9} {'times':>8} {'cycles/time':>11}  source")
     out = []

@@ -8,6 +8,7 @@ checkout at the same path as the device's copy (/work/main), with the same XLGEN
 into a cache directory that travels with the call (ignored by git, named in `carry`):
 
     XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 32,16      # the real pair
+    XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 16x4       # 4 blocks of 16 warps
     XLGEN_CACHE=$PWD/.xlcache XLGEN_NVRTC_OPTIONS=-DXL_ROWS_MAX=0 python3 scripts/precompile_cubins.py --teams 32
     # then, on the device:  export XLGEN_CACHE=$PWD/.xlcache  (after scripts/device_setup.sh)
 
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pipeline", nargs="?", default=None, help="a .xl file (default: the real pair's pipeline)")
-    ap.add_argument("--teams", default="32", help="team shapes, a comma-separated list (default 32)")
+    ap.add_argument("--teams", default="32",
+                    help="team shapes, a comma-separated list: warps, or warps x blocks (16x4); default 32")
     ap.add_argument("--arch", default="90", help="compute capability (default 90: H100/H200)")
     ap.add_argument("--dry-run", action="store_true", help="print the cubins' paths only")
     args = ap.parse_args(argv)
@@ -44,10 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
         args.pipeline = rp.load_binding().pipeline_path()
     compiled = load(args.pipeline)
-    for team in (int(t) for t in args.teams.split(",")):
-        source, options, path = gpu.cubin_plan(compiled, team, args.arch)
+    for shape in args.teams.split(","):
+        team, _, blocks = shape.partition("x")
+        team, blocks = int(team), int(blocks or 1)
+        source, options, path = gpu.cubin_plan(compiled, team, args.arch, team_blocks=blocks)
         if args.dry_run or path.exists():
-            print(f"{path} (team {team}{', cached' if path.exists() else ''})")
+            print(f"{path} (team {shape}{', cached' if path.exists() else ''})")
             continue
         t0 = time.time()
         with tempfile.TemporaryDirectory() as d:
@@ -56,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.run(["nvcc", "-cubin", "-o", str(path), *[o for o in options if o != "-default-device"],
                                    str(cu)], capture_output=True, text=True)
         if proc.returncode != 0:
-            print(f"nvcc failed for team {team}:\n{proc.stderr[-4000:]}", file=sys.stderr)
+            print(f"nvcc failed for team {shape}:\n{proc.stderr[-4000:]}", file=sys.stderr)
             return 1
-        print(f"{path} (team {team}, {time.time() - t0:.0f} s)", flush=True)
+        print(f"{path} (team {shape}, {time.time() - t0:.0f} s)", flush=True)
     return 0
 
 

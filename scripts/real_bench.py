@@ -98,6 +98,7 @@ class Row:
     median_ms: float
     team_warps: int | None = None
     request_mode: str | None = None  # XL_REQUEST_IN_SHARED (None: the default)
+    team_blocks: int | None = None  # blocks per team (a cluster), the mega-kernel's
     call_ms: float | None = None  # mega-kernel: the whole gpu.run call, best
     kernel_ms: float | None = None  # mega-kernel: device time between events, best
     rounds: int | None = None  # mega-kernel: rounds of the longest launch
@@ -160,7 +161,7 @@ class MegaRunner:
 
     def __init__(self, compiled, backend: str = "gpu", team_warps: int | None = 1, timeout: float = 300.0):
         self.compiled, self.backend, self.team_warps, self.timeout = compiled, backend, team_warps, timeout
-        self.chosen = team_warps
+        self.chosen, self.chosen_blocks = team_warps, None
 
     def __call__(self, params: dict, inputs: list[dict], batch: int) -> Launch:
         from xlgen.runtime import cpu, sim
@@ -172,7 +173,7 @@ class MegaRunner:
             from xlgen.runtime import gpu
 
             result = gpu.run(self.compiled, params, inputs, config, team_warps=self.team_warps, timeout=self.timeout)
-            self.chosen = result.extra["team_warps"]
+            self.chosen, self.chosen_blocks = result.extra["team_warps"], result.extra["team_blocks"]
             call_ms = (time.perf_counter() - t0) * 1e3
             timing = result.extra["timing"]
             return Launch(result, timing.wall_ms, call_ms, timing.kernel_ms)
@@ -217,7 +218,8 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     accepted = sum(int(s.accepted.sum()) for s in stats)
     tokens = sum(len(a) for a in answers)
     row = Row(variant, batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
-              team_warps=runner.chosen if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
+              team_warps=runner.chosen if runner.backend == "gpu" else None,
+              team_blocks=runner.chosen_blocks if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
               rounds=rounds, verify_steps=steps, tokens_per_step=tokens / steps if steps else None,
               acceptance=accepted / proposed if proposed else None,
               equal_plain=equal_count(answers, plain) if plain is not None else "", note="; ".join(note))
@@ -474,16 +476,16 @@ def limit_rows(parsed: dict, prompts: list[rp.Prompt], n_new: int) -> list[Row]:
 # ---- the report ------------------------------------------------------------------------------------------
 
 def markdown(rows: list[Row], title: str = "") -> str:
-    ref = {(r.batch, r.team_warps, r.request_mode): r for r in rows if r.variant == "mega plain"}
+    ref = {(r.batch, r.team_warps, r.team_blocks, r.request_mode): r for r in rows if r.variant == "mega plain"}
     out = [f"{title}\n" if title else "",
            "| variant | batch | team warps | request mode | launches | new tokens | best ms | median ms | tokens/s (best) "
            "| × mega plain | verify steps | tokens/step | acceptance | = plain greedy | = PyTorch | note |",
            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for r in rows:
-        base = ref.get((r.batch, r.team_warps, r.request_mode)) or next(
+        base = ref.get((r.batch, r.team_warps, r.team_blocks, r.request_mode)) or next(
             (x for x in rows if x.variant == "mega plain" and x.batch == r.batch), None)
         speed = f"{r.tokens_per_s / base.tokens_per_s:.2f}" if base and base.tokens_per_s == base.tokens_per_s else "-"
-        out.append(f"| {r.variant} | {r.batch} | {_cell(r.team_warps)} | {_cell(r.request_mode)} | {r.launches} | "
+        out.append(f"| {r.variant} | {r.batch} | {_team(r)} | {_cell(r.request_mode)} | {r.launches} | "
                    f"{r.new_tokens} | {r.best_ms:.2f} | {r.median_ms:.2f} | {r.tokens_per_s:,.0f} | {speed} | "
                    f"{_cell(r.verify_steps)} | {_cell(r.tokens_per_step, '.2f')} | "
                    f"{_cell(r.acceptance, '.1%')} | {r.equal_plain or '-'} | {r.equal_pytorch or '-'} | {r.note} |")
@@ -521,10 +523,15 @@ def _cell(value, spec: str = "") -> str:
     return "-" if value is None or value != value else format(value, spec)
 
 
+def _team(r: Row) -> str:
+    """Warps per team, and (a cluster) x blocks: 16x8."""
+    return _cell(r.team_warps) + (f"x{r.team_blocks}" if r.team_blocks and r.team_blocks > 1 else "")
+
+
 def line(r: Row) -> str:
     extra = ""
     if r.team_warps is not None:
-        extra = f" team {r.team_warps}" + (f" mode {r.request_mode}" if r.request_mode is not None else "")
+        extra = f" team {_team(r)}" + (f" mode {r.request_mode}" if r.request_mode is not None else "")
     steps = f"  {r.tokens_per_step:.2f} tok/step" if r.tokens_per_step else ""
     return (f"batch {r.batch:<2} {r.variant:<20}{extra}: {r.tokens_per_s:>9,.0f} tok/s (best of runs; median "
             f"{r.tokens_per_s_median:,.0f}), {r.best_ms:.2f} ms{steps}  = plain: {r.equal_plain or '-'}"

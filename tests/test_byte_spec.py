@@ -139,15 +139,15 @@ def _gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 8])
-def test_gpu_agrees_with_the_simulator(team_warps):
+@pytest.mark.parametrize("team_warps,team_blocks", [(1, 1), (8, 1), (16, 4)])
+def test_gpu_agrees_with_the_simulator(team_warps, team_blocks):
     gpu = _gpu()
     module = compiled().sim_module()
     inputs = [request(name) for name in PROMPTS]
     params = {**weights(), "pool_pages": 24}
     config = LaunchConfig(max_active=2)
     reference_run = sim.run(module, params, inputs, config)
-    gpu_run = gpu.run(compiled(), params, inputs, config, team_warps=team_warps)
+    gpu_run = gpu.run(compiled(), params, inputs, config, team_warps=team_warps, team_blocks=team_blocks)
     mismatch = compare(compiled().program, reference_run, gpu_run)
     assert mismatch is None, mismatch
 
@@ -158,8 +158,8 @@ def test_gpu_speculative_equals_plain_for_128_tokens():
     names = [p["name"] for p in json.loads((MODELS / "prompts.json").read_text())["prompts"]]
     inputs = [request(name, 128) for name in names]
     config = LaunchConfig(max_active=8)
-    plain_run = gpu.run(compiled(), {**weights(), "speculate": False}, inputs, config, team_warps=8)
-    spec_run = gpu.run(compiled(), weights(), inputs, config, team_warps=8)
+    plain_run = gpu.run(compiled(), {**weights(), "speculate": False}, inputs, config, team_warps=8, team_blocks=1)
+    spec_run = gpu.run(compiled(), weights(), inputs, config, team_warps=8, team_blocks=1)
     assert answers(spec_run) == answers(plain_run)
     for name, answer in zip(names, answers(plain_run)):
         assert answer == reference(name)["tokens"], name

@@ -99,7 +99,8 @@ def weights():
 
 def agrees(compiled, params, inputs, team_warps=None):
     """The simulator's result, after checking the CPU build (team_warps None) or the GPU with a
-    team of that many warps against it, bit for bit."""
+    team of that many warps (or (warps, blocks): a cluster of blocks) against it, bit for bit."""
+    warps, blocks = team_warps if isinstance(team_warps, tuple) else (team_warps, 1)
     config = sim.LaunchConfig(max_active=len(inputs), max_rounds=5)
     want = sim.run(compiled.sim_module(), params, inputs, config)
     if team_warps is None:
@@ -108,7 +109,7 @@ def agrees(compiled, params, inputs, team_warps=None):
         gpu = pytest.importorskip("xlgen.runtime.gpu")
         if not gpu.available():
             pytest.skip("needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
-        got = gpu.run(compiled, params, inputs, config, mode="deterministic", team_warps=team_warps)
+        got = gpu.run(compiled, params, inputs, config, mode="deterministic", team_warps=warps, team_blocks=blocks)
     assert compare(compiled.program, want, got) is None
     return want
 
@@ -512,7 +513,7 @@ def test_a_tile_checks_a_pool_reads_page_once():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 4, 16])
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_a_pool_reads_page_checked_once_per_tile_equals_the_simulator(team_warps):
     agrees(load_text(PAGE_ROWS, "page_rows.xl"), {}, page_rows_inputs(6), team_warps)
 
@@ -537,7 +538,7 @@ def test_cpu_build_equals_the_simulator():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 4, 16])
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_equals_the_simulator(team_warps):
     agrees(load_text(PASS, "passes.xl"), weights(), inputs_for(CASES * 3), team_warps)
 
@@ -551,7 +552,7 @@ def test_tiles_of_36_sums_cpu_equals_the_simulator():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 4, 16])
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_tiles_of_36_sums_equal_the_simulator(team_warps):
     agrees(load_text(PASS9, "passes9.xl"), weights(), inputs_for(CASES9 * 3, 9), team_warps)
 
@@ -567,7 +568,7 @@ def test_a_gain_is_read_once_per_tile():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 4, 16])
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_a_gain_read_once_per_tile_equals_the_simulator(team_warps):
     agrees(load_text(GAIN, "gain.xl"), gain_weights(), inputs_for(CASES9 * 3, 9), team_warps)
 
@@ -585,13 +586,13 @@ def test_gpu_lets_between_the_split_and_the_sums(team_warps):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 4, 16])
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_rows_reading_a_pool_equal_the_simulator(team_warps):
     agrees(load_text(ROWS_POOL, "rows_pool.xl"), {}, rows_pool_inputs(12), team_warps)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("team_warps", [1, 2, 16])
+@pytest.mark.parametrize("team_warps", [1, 2, 16, (2, 4)])
 def test_gpu_rows_without_a_split_equal_the_simulator(team_warps):
     """Tiles of 16, 8 and 2 rows (40 rows at most; 16 per tile at most): partial tiles, a range
     starting mid-tile, failing tails, every row's sum from the transposed butterfly."""

@@ -55,12 +55,13 @@ def test_marks_are_nothing_unless_asked_for():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("team", [1, 8])
-def test_the_profile_build_compiles_warning_free_with_nvcc(tmp_path, team):
+@pytest.mark.parametrize("team,blocks", [(1, 1), (8, 1), (8, 4)])
+def test_the_profile_build_compiles_warning_free_with_nvcc(tmp_path, team, blocks):
     compiled = load(ROOT / "examples" / "gemv" / "gemv.xl")
+    cluster = [f"-DXL_TEAM_BLOCKS={blocks}", "-DXL_REQUEST_IN_SHARED=1"] if blocks > 1 else []
     proc = subprocess.run(
         ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--fmad=false", "--ftz=false", "--prec-div=true",
-         "--prec-sqrt=true", "-Werror", "all-warnings", "-DXL_PROFILE_LINES", f"-DXL_TEAM_WARPS={team}",
+         "--prec-sqrt=true", "-Werror", "all-warnings", "-DXL_PROFILE_LINES", f"-DXL_TEAM_WARPS={team}", *cluster,
          f"-I{runtime_dir()}", f"-I{compiled.dir}", str(compiled.dir / f"{compiled.name}_gpu.cu"),
          "-o", str(tmp_path / "k.o")],
         capture_output=True, text=True,

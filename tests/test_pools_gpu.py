@@ -35,13 +35,13 @@ def compiled():
     return load(PROGRAM)
 
 
-@pytest.mark.parametrize("team_warps", [1, 4])
+@pytest.mark.parametrize("team_warps,team_blocks", [(1, 1), (4, 1), (4, 2)])
 @pytest.mark.parametrize("launch", sorted(LAUNCHES))
-def test_deterministic_mode_equals_the_simulator(compiled, launch, team_warps):
+def test_deterministic_mode_equals_the_simulator(compiled, launch, team_warps, team_blocks):
     inputs, max_active = LAUNCHES[launch]
     config = sim.LaunchConfig(max_active=max_active, max_rounds=400)
     want = sim.run(compiled.sim_module(), {}, inputs, config)
-    got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps)
+    got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
     assert compare(compiled.program, want, got) is None
     assert got.pools["kv"].tobytes() == want.pools["kv"].tobytes() and got.pools["kv"].any()
 
@@ -96,10 +96,10 @@ def test_fixed_pages_in_both_modes(mode):
         assert compare_pools(want, got) is None
 
 
-@pytest.mark.parametrize("team_warps", [1, 4])
-def test_integer_pools(team_warps):
+@pytest.mark.parametrize("team_warps,team_blocks", [(1, 1), (4, 1), (4, 2)])
+def test_integer_pools(team_warps, team_blocks):
     compiled = load_text(INT_POOL, name="int_pool.xl")
     config = sim.LaunchConfig(max_active=3)
     want = sim.run(compiled.sim_module(), {}, [{}] * 3, config)
-    got = gpu.run(compiled, {}, [{}] * 3, config, team_warps=team_warps)
+    got = gpu.run(compiled, {}, [{}] * 3, config, team_warps=team_warps, team_blocks=team_blocks)
     assert compare(compiled.program, want, got) is None

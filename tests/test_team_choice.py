@@ -62,6 +62,17 @@ def test_the_environment_overrides_the_choice(monkeypatch):
     assert gpu.team_warps_default() == 4
 
 
+def _precompile_script():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "precompile_cubins.py"
+    spec = importlib.util.spec_from_file_location("precompile_cubins", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_cubin_cache_is_named_by_source_and_options(tmp_path, monkeypatch, capsys):
     """gpu.cubin_plan: what compile_module compiles and where it caches it; a cubin compiled
     elsewhere (scripts/precompile_cubins.py) under that name is used as is."""
@@ -75,15 +86,50 @@ def test_the_cubin_cache_is_named_by_source_and_options(tmp_path, monkeypatch, c
     monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_ROWS_MAX=0")
     assert gpu.cubin_plan(compiled, 16, "90")[2] != path  # other options: another cubin
 
-    import importlib.util
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "precompile_cubins.py"
-    spec = importlib.util.spec_from_file_location("precompile_cubins", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _precompile_script()
     (tmp_path / "matvec.xl").write_text(MATVEC)
     monkeypatch.delenv("XLGEN_NVRTC_OPTIONS")
     assert module.main([str(tmp_path / "matvec.xl"), "--teams", "16", "--dry-run"]) == 0
     expected = gpu.cubin_plan(load(tmp_path / "matvec.xl"), 16, "90")[2]
     assert capsys.readouterr().out.strip() == f"{expected} (team 16)"
+
+
+def test_a_team_of_several_blocks_is_a_cluster_with_a_request_copy_per_block(tmp_path, monkeypatch, capsys):
+    """Teams of several blocks (XL_TEAM_BLOCKS): their own cubin, built with the cluster's size and a
+    copy of the request in each block's shared memory, however large (the real pair's 189 KB too);
+    the runtime takes 8 blocks for a team of several warps where the batch's clusters fit half the SMs."""
+    monkeypatch.setenv("XLGEN_CACHE", str(tmp_path))
+    monkeypatch.delenv("XLGEN_NVRTC_OPTIONS", raising=False)
+    compiled = load_text(MATVEC, "matvec.xl")
+    one = gpu.cubin_plan(compiled, 16, "90")
+    four = gpu.cubin_plan(compiled, 16, "90", team_blocks=4)
+    assert four[2] != one[2] and "-DXL_TEAM_BLOCKS=4" in four[1] and "-DXL_TEAM_BLOCKS=4" not in one[1]
+    assert "-DXL_REQUEST_IN_SHARED=1" in four[1] and "-DXL_REQUEST_IN_SHARED=1" in one[1]
+    assert gpu.request_mode(193_000, 16, 4) == 1 and gpu.request_mode(193_000, 16, 1) == 0
+    chosen, program = gpu.TEAM_BLOCKS_CHOSEN, compiled.program
+    assert gpu.choose_team_blocks(program, 16, "deterministic", 8, H100_SMS, 193_000) == chosen  # batch 8
+    assert gpu.choose_team_blocks(program, 16, "deterministic", 9, H100_SMS, 193_000) == 1  # 72 clusters: too many
+    assert gpu.choose_team_blocks(program, 1, "deterministic", 1, H100_SMS, 100) == 1  # a team of one warp
+    assert gpu.choose_team_blocks(program, 16, "fast", 1, H100_SMS, 100) == 1
+    assert gpu.choose_team_blocks(program, 16, "deterministic", 1, H100_SMS, gpu.CLUSTER_REQUEST_MAX + 1) == 1
+    # no matrix-vector loop to spread: one block, whatever the team's warps
+    assert gpu.choose_team_blocks(load("stages/xl_spec.xl").program, 8, "deterministic", 1, H100_SMS, 100) == 1
+    monkeypatch.delenv("XLGEN_TEAM_BLOCKS", raising=False)
+    assert gpu.team_blocks_default() is None
+    monkeypatch.setenv("XLGEN_TEAM_BLOCKS", "4")
+    assert gpu.team_blocks_default() == 4
+
+    module = _precompile_script()
+    (tmp_path / "matvec.xl").write_text(MATVEC)
+    assert module.main([str(tmp_path / "matvec.xl"), "--teams", "16x4", "--dry-run"]) == 0
+    expected = gpu.cubin_plan(load(tmp_path / "matvec.xl"), 16, "90", team_blocks=4)[2]
+    assert capsys.readouterr().out.strip() == f"{expected} (team 16x4)"
+
+
+def test_run_refuses_blocks_of_one_warp():
+    from click.testing import CliRunner
+
+    from xlgen.cli import main
+
+    out = CliRunner().invoke(main, ["run", "stages/xl_spec.xl", "--team-warps", "1", "--team-blocks", "4"])
+    assert out.exit_code == 2 and "--team-blocks needs blocks of several warps" in out.output

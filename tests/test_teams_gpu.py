@@ -94,17 +94,69 @@ trace last: a
 done when n >= 6
 """
 
-TEAM_SHAPES = [1, 4, 8, 16]
+# Warps per block, and blocks per team (a cluster on as many SMs).
+TEAM_SHAPES = [(1, 1), (4, 1), (8, 1), (16, 1), (4, 2), (8, 4), (16, 8)]
 
 
-@pytest.mark.parametrize("team_warps", TEAM_SHAPES)
+@pytest.mark.parametrize("team_warps,team_blocks", TEAM_SHAPES)
 @pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES], ids=["reported", "reads_before_writes"])
-def test_teams_agree_with_the_simulator(source, team_warps):
+def test_teams_agree_with_the_simulator(source, team_warps, team_blocks):
     compiled = load_text(source, "race.xl")
     inputs = [{} for _ in range(12)]
     config = sim.LaunchConfig(max_active=12, max_rounds=50)
     want = sim.run(compiled.sim_module(), {}, inputs, config)
     assert len(want.records) > 0
     for _ in range(3):  # a race shows on some launches only
-        got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps)
+        got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps,
+                      team_blocks=team_blocks)
         assert compare(compiled.program, want, got) is None
+        assert got.extra["team_blocks"] == team_blocks
+
+
+# A cluster team (several blocks) runs a lanes loop spread over all its blocks (iterations holding
+# reductions, at least one per warp; each stores into every block's copy of the request) or in
+# every block alike (few iterations, or by thread: each block into its own copy). This program
+# switches between them: a spread loop, a loop in every block alike reading what other blocks'
+# warps wrote, a spread loop right after it (constant bounds: no entry barrier but the cluster's
+# after a block's), a few-iteration loop; failures in the spread loop (an index past the end) and
+# in the few-iteration one (a division by zero), at iterations that land in different blocks.
+CLUSTER_MODES = """pipeline cluster_modes
+const N: i32 = 64
+request {
+    n: i32
+    a: f32[N]
+    b: f32[N] = 1.0
+    c: f32[N]
+    d: i32[4]
+}
+stage s {
+    lanes for i in 0..N {
+        let t = sum(j in 0..N: b[j] * (i + j + n) as f32)
+        a[i] = t
+    }
+    lanes for i in 0..N {
+        b[i] = a[i] * 0.5 + a[N - 1 - i]
+    }
+    lanes for i in 0..N {
+        let m = max(j in 0..N: b[j] - a[i])
+        c[i] = m + a[i + (n == 2 ? req_id % 5 : 0) * 13]
+    }
+    lanes for k in 0..4 {
+        d[k] = 60 / (n * 4 + k - 3 * req_id)
+    }
+    n += 1
+}
+trace s: n, a, b, c, d
+done when n >= 4
+"""
+
+
+@pytest.mark.parametrize("team_warps,team_blocks", [(4, 1), (4, 2), (8, 2), (2, 4), (16, 4)])
+def test_a_cluster_team_spreads_loops_or_runs_them_in_every_block(team_warps, team_blocks):
+    compiled = load_text(CLUSTER_MODES, "cluster_modes.xl")
+    inputs = [{} for _ in range(12)]
+    config = sim.LaunchConfig(max_active=12, max_rounds=50)
+    want = sim.run(compiled.sim_module(), {}, inputs, config)
+    assert len(want.records) > 0 and 0 < len(want.errors()) < 12
+    got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
+    assert compare(compiled.program, want, got) is None

@@ -165,6 +165,17 @@ def test_fast_mode_nests_stages_and_the_epoch_wait_in_the_request_and_epochs_on_
     assert rows[(None, "phase 2")].total_us == 0.75 and rows[("phase 2", "kv_manage (collective)")].total_us == 0.6
 
 
+def test_a_cluster_team_is_named_by_its_blocks(program):
+    """A team of several blocks (a cluster): its first block's thread 0 records; the trace names the
+    team by its blocks."""
+    b = gpu.TimelineBuffers(np.zeros((2, 4, gpu.TIMELINE_WORDS), np.uint32),
+                            np.zeros((2, gpu.TIMELINE_HEADER_WORDS), np.uint32), 4, "deterministic", 16, 16, 512, 8)
+    for team in range(2):
+        Writer(b, team, 8 * team, 8 * team, 0).event(tl.BARRIER, tl.NONE, -1, -1, 0, 100)
+    names = {e["args"]["name"] for e in tl.to_trace(b, program)["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"blocks 0-7 (team of 16 warps x 8 blocks)", "blocks 8-15 (team of 16 warps x 8 blocks)"}
+
+
 def test_a_full_slice_drops_the_rest_and_says_so(program, tmp_path):
     b = deterministic_run(program, capacity=9)  # fewer than a team writes
     trace = tl.to_trace(b, program)

@@ -13,6 +13,8 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import cpp_ops, grouping, names, ranges
 from ..core import ir
 from ..core.subjects import Sites
@@ -419,9 +421,12 @@ class CppEmitter:
         # launch parameters), needs no barrier on entry: the other loop's exit barrier is the
         # last thing the team did (xl_lanes in xl_runtime.cuh says why it needs one).
         entry = not (after_lanes and not any(_reads_state(b) for b in (s.start, s.stop)))
-        by_warp = "true" if s.by_warp else "false"
-        if not entry:
-            by_warp += ", false"
+        # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
+        pools = _may_write_pool(s.body)
+        flags = [s.by_warp, entry, pools]  # xl_lanes<ByWarp, EntrySync = true, Pools = false>
+        while len(flags) > 1 and flags[-1] == (len(flags) == 2):
+            flags.pop()  # (the defaults left out)
+        by_warp = ", ".join(str(f).lower() for f in flags)
         v = names.cpp(s.var)
         group = self._group_plan(s, grouping.plan(s, bound))
         tiles = self._group_plan(s, grouping.rows_plan(s))
@@ -430,7 +435,8 @@ class CppEmitter:
             split = group is not None or tiles.k is not None
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
             fast = f"xl_lo >= 0 && xl_hi <= {bound}" if bound is not None else ("xl_lo >= 0" if split else "true")
-            lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}>(err, 1, "
+            lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
+                         f"{', true' if pools else ''}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
         elif bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
@@ -892,6 +898,23 @@ def _rows_hint(s: ir.Lanes, bound: int | None) -> int:
     if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const):
         return max(int(s.stop.value) - int(s.start.value), 0)
     return 0
+
+
+def _may_write_pool(body) -> bool:
+    """Whether statements may write a pool: a pool store, or a call of a helper (whose body is not
+    looked into: conservatively yes)."""
+    def calls(e) -> bool:
+        return (isinstance(e, ir.Call) and not e.builtin) or any(calls(c) for c in ranges.children(e))
+
+    for st in ir.statements(body):
+        if isinstance(st, ir.PoolStore):
+            return True
+        for f in dataclasses.fields(st):
+            value = getattr(st, f.name)
+            for e in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(e, ir.Expr) and calls(e):
+                    return True
+    return False
 
 
 def _reads_state(e) -> bool:

@@ -148,7 +148,7 @@ def _parse_param(module, item: str):
 
 
 def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_timeout: float | None = None,
-                 observer=None, team_warps: int | None = None, timeline: bool = False):
+                 observer=None, team_warps: int | None = None, timeline: bool = False, team_blocks: int | None = None):
     from ..runtime import cpu, sim
 
     if backend == "sim":
@@ -163,7 +163,7 @@ def _run_backend(backend: str, compiled, workload, timeout: float = 120.0, sim_t
     mode = "fast" if backend == "gpu-fast" else "deterministic"
     try:
         return gpu.run(compiled, workload.params, workload.inputs, workload.config, mode=mode, timeout=timeout,
-                       team_warps=team_warps, timeline=timeline)
+                       team_warps=team_warps, timeline=timeline, team_blocks=team_blocks)
     except gpu.HangError as exc:
         click.echo(exc.report, err=True)
         sys.exit(EXIT_HANG)

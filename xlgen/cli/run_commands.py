@@ -204,6 +204,7 @@ Examples:
   xlgen run stages/xl_spec.xl -w kv_pressure --report kv --plot kv=kv.png
   xlgen run stages/xl_spec.xl -w mixed --count 10000 --gpus 2       # data-parallel over 2 GPUs (Ray)
   xlgen run examples/gemv/gemv.xl --weights w.npz --team-warps 8      # 8 warps per request
+  xlgen run examples/gemv/gemv.xl --weights w.npz --team-warps 16 --team-blocks 4   # 4 SMs per request
   xlgen run xl_spec -w mixed --json run.json           # the bundled pipeline; results as JSON
   xlgen run xl_spec -w mixed --timeline t.json         # the kernel's timeline: t.json (Perfetto), t.png
 """)
@@ -215,13 +216,18 @@ Examples:
 @click.option("--team-warps", type=click.Choice(["1", "2", "4", "8", "16", "32"]), default=None,
               help="Warps per request (deterministic mode): a block of W warps serves each request, its lanes "
                    "loops spread over them (docs/gpu.md). Default $XLGEN_TEAM_WARPS, else the runtime's choice: "
-                   "32 at small batches for programs whose lanes loops hold reductions, else 1.")
+                   "16 at small batches for programs whose lanes loops hold reductions, else 1.")
+@click.option("--team-blocks", type=click.Choice(["1", "2", "4", "8"]), default=None,
+              help="Blocks per request (deterministic mode, with --team-warps of 2 or more): a thread-block "
+                   "cluster on as many SMs serves each request (docs/gpu.md). Default $XLGEN_TEAM_BLOCKS, else the "
+                   "runtime's choice: 8 where the batch's clusters fit half the SMs, for programs whose lanes loops "
+                   "hold reductions, else 1.")
 @report_options
 @_timeline_option
 @_GPUS_OPTIONS
 @_friendly
 @_json_results("run")
-def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, team_warps, reports, plots,
+def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeout, team_warps, team_blocks, reports, plots,
             kv_report, kv_plot, timeline_path, gpus=None, address=None):
     """Run FILE's persistent mega-kernel on the GPU (one launch for the whole workload).
 
@@ -241,8 +247,11 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
         raise click.UsageError("--report and --plot report one run's state; with --gpus each GPU has its own")
     if gpus is None and address is not None:
         raise click.UsageError("--address joins a Ray cluster for --gpus; give --gpus N too")
-    if team_warps is not None and (mode != "deterministic" or gpus is not None):
-        raise click.UsageError("--team-warps runs in --mode deterministic on one GPU (not with --mode fast or --gpus)")
+    for flag, value in (("--team-warps", team_warps), ("--team-blocks", team_blocks)):
+        if value is not None and (mode != "deterministic" or gpus is not None):
+            raise click.UsageError(f"{flag} runs in --mode deterministic on one GPU (not with --mode fast or --gpus)")
+    if team_blocks not in (None, "1") and team_warps == "1":
+        raise click.UsageError("--team-blocks needs blocks of several warps: give --team-warps 2 or more")
     if timeline_path is not None and gpus is not None:
         raise click.UsageError("--timeline records one kernel on one GPU; leave out --gpus")
     _check_timeline_path(timeline_path)
@@ -257,7 +266,8 @@ def run_gpu(file, workload_name, count, max_active, param_overrides, mode, timeo
     tools.check_wanted(compiled, module, workload, want, _check_output_path)
     result = _run_backend("gpu" if mode == "deterministic" else "gpu-fast", compiled, workload, timeout,
                           team_warps=int(team_warps) if team_warps is not None else None,
-                          timeline=timeline_path is not None)
+                          timeline=timeline_path is not None,
+                          team_blocks=int(team_blocks) if team_blocks is not None else None)
     timing = result.extra["timing"]
     click.echo(_summary(compiled, result, workload.config.max_active))
     click.echo(f"kernel: {timing.kernel_ms:.3f} ms, grid {timing.grid} x {timing.threads} threads, "

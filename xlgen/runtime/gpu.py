@@ -117,23 +117,25 @@ def nvrtc_compile(source: str, name: str, options: tuple[str, ...]) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
-def cubin_plan(compiled, team_warps: int, cc: str, timeline: bool = False) -> tuple[str, tuple[str, ...], Path]:
+def cubin_plan(compiled, team_warps: int, cc: str, timeline: bool = False,
+               team_blocks: int = 1) -> tuple[str, tuple[str, ...], Path]:
     """What compile_module compiles for a device of compute capability `cc` ("90"): the source,
     the NVRTC options, and the cached cubin's path (named by their content hash, so a cubin
     compiled elsewhere from the same source and options is used as is: scripts/precompile_cubins.py)."""
-    mode = request_mode(request_bytes(compiled), team_warps)
-    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode)
+    mode = request_mode(request_bytes(compiled), team_warps, team_blocks)
+    options = NVRTC_OPTIONS + (f"-arch=sm_{cc}",) + kernel_options(team_warps, mode, team_blocks)
     source = single_source(compiled, timeline)
     key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()[:16]
     return source, options, compiled.dir / f"{compiled.name}_gpu_{key}.cubin"
 
 
-def compile_module(compiled, team_warps: int = 1, timeline: bool = False) -> CompiledModule:
+def compile_module(compiled, team_warps: int = 1, timeline: bool = False, team_blocks: int = 1) -> CompiledModule:
     """Compile NAME_gpu.cu (with `timeline`, its timeline build) for this device, cached by
     content hash (in memory and as a cubin)."""
     import cupy
 
-    source, options, cubin_path = cubin_plan(compiled, team_warps, cupy.cuda.Device().compute_capability, timeline)
+    source, options, cubin_path = cubin_plan(compiled, team_warps, cupy.cuda.Device().compute_capability, timeline,
+                                             team_blocks)
     key = cubin_path.stem
     if key in _MODULES:
         return _MODULES[key]
@@ -164,21 +166,26 @@ def request_bytes(compiled) -> int:
     return dtype_from_layout(compiled.sim_module().REQUEST_LAYOUT).itemsize
 
 
-def request_mode(request_bytes: int = 0, team_warps: int = 1) -> int:
-    """XL_REQUEST_IN_SHARED as XLGEN_NVRTC_OPTIONS sets it, else by the block's copies' size."""
+def request_mode(request_bytes: int = 0, team_warps: int = 1, team_blocks: int = 1) -> int:
+    """XL_REQUEST_IN_SHARED as XLGEN_NVRTC_OPTIONS sets it, else by the block's copies' size (a team
+    of several blocks: 1, a copy in each block's shared memory, whatever its size)."""
     for option in experiment_options():
         if option.startswith("-DXL_REQUEST_IN_SHARED="):
             return int(option.split("=", 1)[1])
+    if team_blocks > 1:
+        return 1
     teams = THREADS_PER_BLOCK // 32 if team_warps == 1 else 1
     return REQUEST_IN_SHARED if teams * request_bytes <= REQUEST_SHARED_MAX else 0
 
 
-def kernel_options(team_warps: int = 1, mode: int = REQUEST_IN_SHARED) -> tuple[str, ...]:
+def kernel_options(team_warps: int = 1, mode: int = REQUEST_IN_SHARED, team_blocks: int = 1) -> tuple[str, ...]:
     extra = experiment_options()
     if not any(o.startswith("-DXL_REQUEST_IN_SHARED=") for o in extra):
         extra = (f"-DXL_REQUEST_IN_SHARED={mode}",) + extra
     if team_warps > 1:
         extra += (f"-DXL_TEAM_WARPS={team_warps}",)
+    if team_blocks > 1:
+        extra += (f"-DXL_TEAM_BLOCKS={team_blocks}",)
     return extra
 
 
@@ -186,6 +193,48 @@ def kernel_options(team_warps: int = 1, mode: int = REQUEST_IN_SHARED) -> tuple[
 # a lanes loop then spreads over all its threads, one whose iterations hold reductions
 # over its warps. Deterministic mode only; results do not depend on it.
 TEAM_WARPS = (1, 2, 4, 8, 16, 32)
+
+
+# A team of several blocks: a thread-block cluster of this many blocks of `team_warps` warps, one
+# block per SM (xl_runtime.cuh, XL_TEAM_BLOCKS), each with a copy of the request in its shared
+# memory (at most CLUSTER_REQUEST_MAX bytes: an H100's or H200's 227 KB a block, less the
+# kernel's own shared variables). Portable cluster sizes only (<= 8).
+TEAM_BLOCKS = (1, 2, 4, 8)
+CLUSTER_REQUEST_MAX = 212 * 1024
+
+
+def team_blocks_default() -> int | None:
+    """XLGEN_TEAM_BLOCKS; None where it is unset (the runtime chooses: choose_team_blocks)."""
+    value = os.environ.get("XLGEN_TEAM_BLOCKS")
+    return int(value) if value else None
+
+
+# The blocks of a team the runtime chooses for a team of several warps: TEAM_BLOCKS_CHOSEN where
+# every request of the batch gets its cluster within half of the SMs (an H100's 132: batches of up
+# to 8), else 1. Measured side by side on an H100 with the real pair (docs/benchmarks.md, fourteenth
+# session): 8 blocks against 1, plain greedy the same within 1.5% at batch 1 and 8, ASBS 10% and 9%
+# faster, a 9-position pass 28% shorter; 2 blocks were 12% slower at batch 1.
+TEAM_BLOCKS_CHOSEN = 8
+
+
+def choose_team_blocks(program, team_warps: int, mode: str, max_active: int, sms: int, request_bytes: int) -> int:
+    """The blocks of a team where neither the caller nor XLGEN_TEAM_BLOCKS sets them (only a program with
+    matrix-vector loops to spread gains from more than one: wants_team)."""
+    if team_warps == 1 or mode != "deterministic" or request_bytes > CLUSTER_REQUEST_MAX or not wants_team(program):
+        return 1
+    return TEAM_BLOCKS_CHOSEN if max(1, max_active) * TEAM_BLOCKS_CHOSEN * 2 <= sms else 1
+
+
+def max_clusters(kernel, threads: int, shared_bytes: int, team_blocks: int, sms: int) -> int:
+    """Clusters of `team_blocks` blocks taken as resident at once: half of the SMs' share (a cluster
+    lies within one GPC, so not every SM can take part; 7 clusters of 16 fit an H100's 132 SMs)."""
+    import cupy
+
+    try:
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared_bytes)
+    except Exception:
+        per_sm = 1
+    return max(1, sms * max(1, per_sm) // team_blocks // 2)
 
 
 def team_warps_default() -> int | None:
@@ -225,11 +274,11 @@ def choose_team_warps(program, mode: str, max_active: int, sms: int) -> int:
                                                    and max(1, max_active) * w <= sms * TEAM_WARPS_PER_SM))
 
 
-def request_shared_bytes(request_bytes: int, team_warps: int = 1) -> int:
+def request_shared_bytes(request_bytes: int, team_warps: int = 1, team_blocks: int = 1) -> int:
     """Dynamic shared memory per block: a request slot per team (a warp, or with teams of
     several warps the block), unless requests stay in global memory."""
     teams = THREADS_PER_BLOCK // 32 if team_warps == 1 else 1
-    return teams * request_bytes if request_mode(request_bytes, team_warps) else 0
+    return teams * request_bytes if request_mode(request_bytes, team_warps, team_blocks) else 0
 
 
 def _set_dynamic_shared(function, nbytes: int) -> None:
@@ -329,6 +378,7 @@ class TimelineBuffers:
     team_warps: int
     grid: int
     threads: int
+    team_blocks: int = 1  # blocks per team (a cluster): a team's header names its first block
 
     @property
     def dropped(self) -> int:
@@ -348,7 +398,7 @@ def timeline_capacity(program, teams: int, requests: int, max_active: int, mode:
 
 def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchConfig | None = None,
         mode: str = "deterministic", timeout: float = 120.0, grid: int | None = None,
-        team_warps: int | None = None, timeline: bool = False) -> RunResult:
+        team_warps: int | None = None, timeline: bool = False, team_blocks: int | None = None) -> RunResult:
     """Run a pipeline on the GPU. Modes: the persistent mega-kernel (`deterministic`,
     `fast`), or the baselines built from the same stage code: `host-loop` (a kernel
     per stage per round, host sync and flag read-back each round) and `graph`
@@ -383,10 +433,28 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         raise ValueError(f"a team of {team} warps per request runs in deterministic mode only, not '{mode}'")
     if team > 1 and request_mode(req_dtype.itemsize, team) == 2:
         raise ValueError("a team of several warps needs XL_REQUEST_IN_SHARED 0 or 1, not 2")
-    cu = compile_module(compiled, team, timeline)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    blocks_per_team = team_blocks if team_blocks is not None else team_blocks_default()
+    if blocks_per_team is None:
+        blocks_per_team = choose_team_blocks(compiled.program, team, mode, min(config.max_active, n), sms,
+                                             req_dtype.itemsize)
+        if grid is not None and grid % blocks_per_team:
+            blocks_per_team = 1  # the caller's grid decides
+    if blocks_per_team not in TEAM_BLOCKS:
+        raise ValueError(f"team_blocks = {blocks_per_team!r}: give one of {', '.join(map(str, TEAM_BLOCKS))}")
+    if blocks_per_team > 1 and (team == 1 or mode != "deterministic"):
+        raise ValueError(f"a team of {blocks_per_team} blocks needs a team of several warps per block and "
+                         f"deterministic mode (here {team} warp(s), '{mode}')")
+    if blocks_per_team > 1 and request_mode(req_dtype.itemsize, team, blocks_per_team) != 1:
+        raise ValueError("a team of several blocks keeps a copy of its request in each block's shared memory "
+                         "(XL_REQUEST_IN_SHARED 1)")
+    if blocks_per_team > 1 and req_dtype.itemsize > CLUSTER_REQUEST_MAX:
+        raise ValueError(f"a request of {req_dtype.itemsize} bytes does not fit a block's shared memory "
+                         f"({CLUSTER_REQUEST_MAX}), where a team of several blocks keeps its copies: use one block")
+    cu = compile_module(compiled, team, timeline, blocks_per_team)
     persistent = mode in ("deterministic", "fast")
     kernel = cu.get_function({"deterministic": "xl_run_deterministic", "fast": "xl_run_fast"}.get(mode, "xl_step_begin"))
-    shared_bytes = request_shared_bytes(req_dtype.itemsize, team)
+    shared_bytes = request_shared_bytes(req_dtype.itemsize, team, blocks_per_team)
     _set_dynamic_shared(kernel, shared_bytes)
     # Measured on an H200 (docs/benchmarks.md): packing a batch of 32 into one block of
     # 32 warps halves an empty round (no grid barrier) but slows real rounds by ~12%,
@@ -398,13 +466,19 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     if serves and grid is not None and grid < 2:
         raise ValueError(f"grid = {grid}: fast mode runs this program's phase 2 in block 0, and its requests in "
                          "the other blocks: give 2 blocks or more")
-    blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
+    if blocks_per_team > 1:  # a cluster per request of the batch, as many as are resident at once
+        if grid is not None and grid % blocks_per_team:
+            raise ValueError(f"grid = {grid}: give a multiple of the team's {blocks_per_team} blocks")
+        blocks = grid or blocks_per_team * min(max(1, useful), max_clusters(kernel, threads, shared_bytes,
+                                                                           blocks_per_team, sms))
+    else:
+        blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
     if serves:
         blocks = max(2, blocks)
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise
-    teams = blocks if team > 1 else blocks * threads // 32
+    teams = blocks // blocks_per_team if team > 1 else blocks * threads // 32
     tl_capacity = timeline_capacity(compiled.program, teams, n, config.max_active, mode) if timeline else 0
     tl_retried = False
     flags = _MappedFlags()
@@ -428,7 +502,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             if persistent:
                 extra_args = (tl_buffer, np.uint32(tl_capacity)) if timeline else ()
                 timing = _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity,
-                                            flags, stream, timeout, compiled, extra_args)
+                                            flags, stream, timeout, compiled, extra_args,
+                                            cooperative=blocks_per_team == 1)
             else:
                 timing = _launch_stepwise(cupy, cu, compiled, d, blocks, shared_bytes, n, config, capacity, stream,
                                           timeout, use_graph=mode == "graph")
@@ -461,13 +536,14 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             split = teams * tl_capacity * TIMELINE_WORDS
             tl = TimelineBuffers(host[:split].reshape(teams, tl_capacity, TIMELINE_WORDS),
                                  host[split:].reshape(teams, TIMELINE_HEADER_WORDS), tl_capacity, mode, team,
-                                 blocks, threads)
+                                 blocks, threads, blocks_per_team)
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
                        backend=f"gpu-{mode}", pools=pools_out)
     result.extra["timing"] = timing
     result.extra["team_warps"] = team
+    result.extra["team_blocks"] = blocks_per_team
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
     result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps
@@ -550,7 +626,10 @@ def epoch_words(slots: int, n: int) -> int:
 
 
 def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config, capacity, flags, stream, timeout,
-                       compiled, extra_args=()):
+                       compiled, extra_args=(), cooperative=True):
+    # A cooperative launch guarantees that every block is resident (grid barriers). The driver
+    # refuses one for a kernel of clusters (__cluster_dims__); its grid is sized within the
+    # resident clusters instead (max_clusters).
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     t0 = time.perf_counter()
     with stream:
@@ -559,7 +638,7 @@ def _launch_persistent(cupy, kernel, d, blocks, threads, shared_bytes, n, config
                (d.reqs, d.shared, d.params, np.int32(n), np.int32(config.max_active), np.int32(config.max_rounds),
                 d.ctl, d.active, d.keep, d.records, np.uint64(capacity), d.count, np.uint64(flags.device_ptr),
                 d.where, d.coll) + extra_args,
-               shared_mem=shared_bytes, enable_cooperative_groups=True)  # every block resident: grid barriers
+               shared_mem=shared_bytes, enable_cooperative_groups=cooperative)
         end.record(stream)
     _wait(end, timeout, flags, d.where, d.ctl, compiled, stream)
     wall_ms = (time.perf_counter() - t0) * 1e3

@@ -10,6 +10,8 @@ typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef long long int64_t;
 typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
 #else
 #include <stdint.h>
 #include <math.h>
@@ -557,7 +559,7 @@ __device__ unsigned long long xl_line_prof[XL_LINE_SITES][2];
 #define XL_LINE_MARK(site)                                                                       \
     do {                                                                                         \
         unsigned long long* xl_cell = xl_line_prof[(site) % XL_LINE_SITES];                      \
-        if (threadIdx.x % XL_TEAM_THREADS == 0) xl_clock_mark(xl_line_t, xl_cell, xl_cell + 1); \
+        if (XL_TEAM_RANK == 0) xl_clock_mark(xl_line_t, xl_cell, xl_cell + 1);                 \
     } while (0)
 #else
 #define XL_LINE_START() do { } while (0)
@@ -974,21 +976,81 @@ XL_HD uint32_t xl_order_key(uint32_t bits, int word) {
 
 constexpr int32_t XL_REDUCE_LANES = 32;
 
-// A request's team on the GPU: one warp (XL_TEAM_WARPS 1, the default), or a block of
-// XL_TEAM_WARPS warps that serves one request at a time (gpu.py, `team_warps`). Ordinary
-// stage code runs redundantly on every thread of the team; a lanes loop spreads its
-// iterations over all of them; one whose iterations hold reductions, over its warps.
+// A request's team on the GPU: one warp (XL_TEAM_WARPS 1, the default), a block of
+// XL_TEAM_WARPS warps that serves one request at a time (gpu.py, `team_warps`), or a cluster of
+// XL_TEAM_BLOCKS such blocks on as many SMs (`team_blocks`; each block with a copy of the request
+// in its shared memory: xl_team_loop says how they stay the same). Ordinary stage code runs
+// redundantly on every thread of the team; a lanes loop spreads its iterations over all of them;
+// one whose iterations hold reductions, over its warps (XL_TEAM_WARP of XL_TEAM_NWARPS).
 #ifndef XL_TEAM_WARPS
 #define XL_TEAM_WARPS 1
 #endif
+#ifndef XL_TEAM_BLOCKS
+#define XL_TEAM_BLOCKS 1
+#endif
+#if XL_TEAM_BLOCKS > 1 && XL_TEAM_WARPS == 1
+#error "a cluster team is made of blocks of several warps (XL_TEAM_WARPS > 1)"
+#endif
+#define XL_TEAM_NWARPS (XL_TEAM_WARPS * XL_TEAM_BLOCKS)
 #if XL_ON_GPU
-#define XL_TEAM_THREADS (32 * XL_TEAM_WARPS)
-#if XL_TEAM_WARPS == 1
+#define XL_BLOCK_THREADS (32 * XL_TEAM_WARPS)  // a team's threads in one block
+#define XL_TEAM_THREADS (32 * XL_TEAM_NWARPS)
+#if XL_TEAM_BLOCKS > 1
+// The block's place in its cluster, and the cluster's barrier: it orders every thread's memory
+// operations before it (global and shared, release) before every thread's after it (acquire).
+XL_DEVICE uint32_t xl_cluster_rank() {
+    uint32_t r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+XL_DEVICE void xl_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Block `rank`'s copy of this block's shared variable at `p` (distributed shared memory).
+XL_DEVICE uint32_t xl_cluster_addr(const void* p, uint32_t rank) {
+    uint32_t out;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    return out;
+}
+XL_DEVICE uint32_t xl_cluster_load(const void* p, uint32_t rank) {
+    uint32_t v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(xl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+XL_DEVICE void xl_cluster_or(const void* p, uint32_t rank, uint32_t v) {
+    asm volatile("red.shared::cluster.or.b32 [%0], %1;" ::"r"(xl_cluster_addr(p, rank)), "r"(v) : "memory");
+}
+// *p = v in block `rank`'s copy, for a value of 1, 2, 4 or 8 bytes.
+template <typename T> XL_DEVICE void xl_cluster_put(const T* p, uint32_t rank, const T& v) {
+    const uint32_t a = xl_cluster_addr(p, rank);
+    if constexpr (sizeof(T) == 1)
+        asm volatile("st.shared::cluster.u8 [%0], %1;" ::"r"(a), "r"((uint32_t)*reinterpret_cast<const uint8_t*>(&v)) : "memory");
+    else if constexpr (sizeof(T) == 2)
+        asm volatile("st.shared::cluster.u16 [%0], %1;" ::"r"(a), "h"(*reinterpret_cast<const uint16_t*>(&v)) : "memory");
+    else if constexpr (sizeof(T) == 4)
+        asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(a), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+    else {
+        static_assert(sizeof(T) == 8, "a request field of 1, 2, 4 or 8 bytes");
+        asm volatile("st.shared::cluster.u64 [%0], %1;" ::"r"(a), "l"(*reinterpret_cast<const uint64_t*>(&v)) : "memory");
+    }
+}
+#define XL_TEAM_RANK ((int64_t)(xl_cluster_rank() * XL_BLOCK_THREADS + threadIdx.x))
+#define XL_TEAM_WARP ((int32_t)(xl_cluster_rank() * XL_TEAM_WARPS + (threadIdx.x >> 5)))
+#define XL_TEAM_SYNC() xl_cluster_sync()
+#elif XL_TEAM_WARPS == 1
 #define XL_TEAM_RANK ((int64_t)(threadIdx.x & 31u))
+#define XL_TEAM_WARP 0
 #define XL_TEAM_SYNC() __syncwarp()
 #else
 #define XL_TEAM_RANK ((int64_t)threadIdx.x)
+#define XL_TEAM_WARP ((int32_t)(threadIdx.x >> 5))
 #define XL_TEAM_SYNC() __syncthreads()
+#endif
+// The team's threads in this block: their barrier (the copies of the request are per block).
+#if XL_TEAM_WARPS == 1
+#define XL_TEAM_BLOCK_SYNC() __syncwarp()
+#else
+#define XL_TEAM_BLOCK_SYNC() __syncthreads()
 #endif
 #endif
 constexpr int64_t XL_NO_INDEX = 0x7FFFFFFFFFFFFFFFll;  // (NVRTC has no INT64_MAX)
@@ -1029,14 +1091,10 @@ XL_HD void xl_lane_err_set(XlErr& err, int32_t key, const XlLaneErr& first) {
         xl_err_set(err, key, first.e.code, first.e.line, first.e.site, first.e.value, first.e.bound);
 }
 
-// Every thread of the team ends with the team's lowest failing index (its warps' minima
-// through shared memory), and the statement's error is set from it. Called by the whole
-// team, after its lanes loop.
-// It is also the team's barrier after the loop: every thread's writes, before the team
-// reads them (a barrier that counts failures, so the usual loop without any pays nothing more).
-XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
-#if XL_ON_GPU && XL_TEAM_WARPS > 1
-    if (!__syncthreads_or(first.e.code != 0)) return;
+// Every thread of the block ends with the block's lowest failing index (its warps' minima
+// through shared memory). Called by every thread of the block.
+XL_DEVICE void xl_block_err_merge(XlLaneErr& first) {
+#if XL_ON_GPU
     xl_warp_err_merge(first);
     __shared__ XlLaneErr xl_team_errs[XL_TEAM_WARPS];
     if ((threadIdx.x & 31u) == 0u) xl_team_errs[threadIdx.x >> 5] = first;
@@ -1044,6 +1102,127 @@ XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
     for (int w = 0; w < XL_TEAM_WARPS; ++w)
         if (xl_team_errs[w].at < first.at) first = xl_team_errs[w];
     __syncthreads();
+#else
+    (void)first;
+#endif
+}
+
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1
+// How a cluster team runs a lanes loop (xl_team_loop). Every block keeps its own copy of the
+// request, and the copies stay equal: ordinary code computes the same values in every block and
+// stores them in its own copy (XL_WARP_STORE), and a loop either
+// - runs **spread** over the whole team (iterations holding reductions, at least one per warp of
+//   the team: the matrix-vector loops; or a loop that writes a pool), each iteration storing
+//   into every block's copy (xl_store_team), with the cluster's barrier on entry (no block may
+//   still read what another's iteration overwrites in its copy) and on exit; or
+// - runs **in every block alike** (the few-iteration loops: a norm, a softmax's maximum), each
+//   block all the iterations into its own copy, with the block's barriers only: no block waits
+//   for another.
+// A thread's mode (xl_team_mode): whether its loop is spread (its stores go to every copy), and
+// whether the team's last barrier was its block's (a spread loop then syncs the cluster on entry
+// even where the loop follows another with bounds that read no state: EntrySync false).
+enum : uint8_t { XL_MODE_SPREAD = 1, XL_MODE_AFTER_BLOCK = 2 };
+__shared__ uint8_t xl_team_mode[XL_BLOCK_THREADS];
+XL_DEVICE bool xl_spreading() { return (xl_team_mode[threadIdx.x] & XL_MODE_SPREAD) != 0; }
+// A request field's store in a lanes loop: into this block's copy, and, where the loop is spread,
+// into every other block's.
+template <typename T, typename V> XL_DEVICE void xl_store_team(T& lhs, const V& value) {
+    lhs = value;
+    if (!xl_spreading()) return;
+    const T stored = lhs;
+    const uint32_t rank = xl_cluster_rank();
+    for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b)
+        if (b != rank) xl_cluster_put(&lhs, b, stored);
+}
+#endif
+struct XlTeamLoop {
+    int64_t start, stride;  // this thread's (or warp's) first iteration, and the step to its next
+};
+// A lanes loop's entry: its barrier, and the iterations this thread (ByWarp: its warp) takes of n.
+// Pools: the loop writes a pool (global memory, which the copies of a cluster team do not cover).
+template <bool ByWarp, bool EntrySync, bool Pools>
+XL_DEVICE XlTeamLoop xl_team_loop(int64_t n) {
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1
+    uint8_t& mode = xl_team_mode[threadIdx.x];
+    if (Pools || (ByWarp && n >= XL_TEAM_NWARPS)) {
+        if (EntrySync || (mode & XL_MODE_AFTER_BLOCK)) xl_cluster_sync();
+        mode = XL_MODE_SPREAD;
+        return {ByWarp ? XL_TEAM_WARP : XL_TEAM_RANK, ByWarp ? XL_TEAM_NWARPS : XL_TEAM_THREADS};
+    }
+    if (EntrySync) __syncthreads();
+    mode = 0;
+    return {ByWarp ? (int64_t)(threadIdx.x >> 5) : (int64_t)threadIdx.x, ByWarp ? XL_TEAM_WARPS : XL_BLOCK_THREADS};
+#elif XL_ON_GPU
+    (void)n;
+    if (EntrySync) XL_TEAM_SYNC();
+    return {ByWarp ? (int64_t)XL_TEAM_WARP : XL_TEAM_RANK, ByWarp ? XL_TEAM_NWARPS : XL_TEAM_THREADS};
+#else
+    (void)n;
+    return {0, 1};
+#endif
+}
+
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1
+// A cluster team's failures: at the team's k-th xl_team_err_finish, a warp that failed sets its
+// block's bit b in every block's xl_cluster_failed[k % 3], so that after the cluster barrier every
+// block knows from its own shared memory whether any block failed (the usual loop pays one
+// cluster barrier and nothing more). Three words in turn: thread 0 clears the word of finish
+// k + 1 at finish k: every thread read it last after the barrier of finish k - 2, so before
+// arriving at finish k - 1's; no warp sets it before finish k + 1, after finish k's barrier.
+// A thread counts its finishes in a word of its own (no barrier between the read and the write).
+__shared__ uint32_t xl_cluster_failed[3];
+__shared__ uint32_t xl_cluster_finishes[XL_BLOCK_THREADS];
+__shared__ XlLaneErr xl_cluster_block_err;  // this block's minimum, for the others to read
+XL_DEVICE void xl_team_start() {
+    if (threadIdx.x == 0) xl_cluster_failed[0] = xl_cluster_failed[1] = xl_cluster_failed[2] = 0u;
+    xl_cluster_finishes[threadIdx.x] = 0u;
+    xl_team_mode[threadIdx.x] = 0;
+    xl_cluster_sync();  // (before any block sets a bit here)
+}
+#else
+XL_DEVICE void xl_team_start() {}
+#endif
+
+// Every thread of the team ends with the team's lowest failing index (its warps' and blocks'
+// minima through shared memory), and the statement's error is set from it. Called by the whole
+// team, after its lanes loop.
+// It is also the team's barrier after the loop: every thread's writes, before the team
+// reads them (a barrier that counts failures, so the usual loop without any pays nothing more).
+XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1
+    if (!xl_spreading()) {  // every block ran every iteration: its minimum is the team's
+        xl_team_mode[threadIdx.x] = XL_MODE_AFTER_BLOCK;
+        if (__syncthreads_or(first.e.code != 0)) xl_block_err_merge(first);
+        xl_lane_err_set(err, key, first);
+        return;
+    }
+    xl_team_mode[threadIdx.x] = 0;
+    const uint32_t k = xl_cluster_finishes[threadIdx.x], rank = xl_cluster_rank();
+    xl_cluster_finishes[threadIdx.x] = k + 1u;
+    if (threadIdx.x == 0) xl_cluster_failed[(k + 1u) % 3u] = 0u;
+    if (__any_sync(0xFFFFFFFFu, first.e.code != 0) && (threadIdx.x & 31u) == 0u)
+        for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) xl_cluster_or(&xl_cluster_failed[k % 3u], b, 1u << rank);
+    xl_cluster_sync();
+    const uint32_t blocks = xl_cluster_failed[k % 3u];  // the same in every block
+    if (blocks) {
+        if (blocks >> rank & 1u) {
+            xl_block_err_merge(first);
+            if (threadIdx.x == 0) xl_cluster_block_err = first;
+        }
+        xl_cluster_sync();
+        for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) {
+            if (!(blocks >> b & 1u)) continue;
+            XlLaneErr other;
+            for (uint32_t w = 0; w < sizeof(XlLaneErr) / 4; ++w)
+                reinterpret_cast<uint32_t*>(&other)[w] =
+                    xl_cluster_load(reinterpret_cast<const uint32_t*>(&xl_cluster_block_err) + w, b);
+            if (other.at < first.at) first = other;
+        }
+        xl_cluster_sync();  // (every block has read the others' minima)
+    }
+#elif XL_ON_GPU && XL_TEAM_WARPS > 1
+    if (!__syncthreads_or(first.e.code != 0)) return;
+    xl_block_err_merge(first);
 #else
 #if XL_ON_GPU
     __syncwarp();
@@ -1071,7 +1250,7 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // `lanes for i in lo..hi { body }`: body(i, e) per iteration. Iterations are independent (the
 // checker proves it), so any order gives the same state; a failed one does not stop the others.
 // The team's threads take iterations rank, rank + XL_TEAM_THREADS, ...; with ByWarp (the
-// iterations hold reductions) its warps take w, w + XL_TEAM_WARPS, ..., all lanes together.
+// iterations hold reductions) its warps take w, w + XL_TEAM_NWARPS, ..., all lanes together.
 //
 // Why a team needs no other barrier (docs/gpu.md, "Teams of warps"): every region in which
 // the team's threads write state on their own begins and ends with a team barrier. Ordinary
@@ -1083,17 +1262,11 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // records, retire checks) therefore never overlap a write by another warp.
 // EntrySync false: the loop follows another lanes loop and its bounds read no state
 // (emit_cpp.py), so that loop's exit barrier already separates them.
-template <bool ByWarp, bool EntrySync = true, typename Body>
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-#if XL_ON_GPU
-    if (EntrySync) XL_TEAM_SYNC();
-    const int64_t start = ByWarp ? (int64_t)(threadIdx.x >> 5) % XL_TEAM_WARPS : XL_TEAM_RANK;
-    const int64_t stride = ByWarp ? XL_TEAM_WARPS : XL_TEAM_THREADS;
-#else
-    const int64_t start = 0, stride = 1;
-#endif
-    for (int64_t i = (int64_t)lo + start; i < (int64_t)hi; i += stride) {
+    const XlTeamLoop mine = xl_team_loop<ByWarp, EntrySync, Pools>((int64_t)hi - lo);
+    for (int64_t i = (int64_t)lo + mine.start; i < (int64_t)hi; i += mine.stride) {
         XlErr e = {0, 0, 0};
         body((int32_t)i, e);
         xl_lane_err_note(first, i, e);
@@ -1103,10 +1276,10 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
 
 // A lanes loop versioned on its range (ranges.py): `fast` (the same on every thread of the
 // team) picks the body without the checks proved for that range.
-template <bool ByWarp, bool EntrySync = true, typename Body>
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, typename Body>
 XL_DEVICE void xl_lanes_v(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Body body) {
-    if (fast) xl_lanes<ByWarp, EntrySync>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
-    else xl_lanes<ByWarp, EntrySync>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
+    if (fast) xl_lanes<ByWarp, EntrySync, Pools>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
+    else xl_lanes<ByWarp, EntrySync, Pools>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
 }
 
 template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
@@ -1156,7 +1329,7 @@ __host__ __device__
 #endif
 constexpr int xl_rows_per_tile() {
     int r = 1;
-    while (2 * r <= XL_ROWS_MAX && 2 * r <= 32 && (K == 0 || 2 * r * XL_TEAM_WARPS <= K)) r *= 2;
+    while (2 * r <= XL_ROWS_MAX && 2 * r <= 32 && (K == 0 || 2 * r * XL_TEAM_NWARPS <= K)) r *= 2;
     return r;
 }
 
@@ -1180,28 +1353,24 @@ __host__ __device__
 constexpr int xl_group_rows_per_tile() {
     int r = 1;
     while (XL_TEAM_WARPS <= 16 && 2 * r <= XL_GROUP_ROWS && K % (2 * r) == 0 && 2 * r * G <= 64
-           && 2 * r * XL_TEAM_WARPS <= K)
+           && 2 * r * XL_TEAM_NWARPS <= K)
         r *= 2;
     return r;
 }
 
-template <bool EntrySync, int K, int G, bool Split, typename Checked, typename Grouped, typename Rows>
+template <bool EntrySync, int K, int G, bool Split, bool Pools = false, typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
                                 Grouped grouped, Rows rows) {
     constexpr bool has_grouped = !XlSame<Grouped, XlNone>::value;
     constexpr bool has_rows = !XlSame<Rows, XlNone>::value && XL_ROWS_MAX > 0;
     const bool many = (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
     if (!fast || (!(has_grouped && many) && !has_rows)) {
-        xl_lanes_v<true, EntrySync>(err, key, lo, hi, fast, checked);
+        xl_lanes_v<true, EntrySync, Pools>(err, key, lo, hi, fast, checked);
         return;
     }
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-#if XL_ON_GPU
-    if (EntrySync) XL_TEAM_SYNC();
-    const int32_t start = (int32_t)(threadIdx.x >> 5) % XL_TEAM_WARPS, stride = XL_TEAM_WARPS;
-#else
-    const int32_t start = 0, stride = 1;
-#endif
+    const XlTeamLoop mine = xl_team_loop<true, EntrySync, Pools>((int64_t)hi - lo);
+    const int32_t start = (int32_t)mine.start, stride = (int32_t)mine.stride;
     if constexpr (has_grouped) {
         if (many) {
             constexpr int R = xl_group_rows_per_tile<K, G>();

@@ -89,8 +89,10 @@ def to_trace(buffers, program=None, meta: dict | None = None) -> dict:
                             "args": {"sort_index": sm}})
     for team, sm in sorted(smids.items()):
         block, warp = int(headers[team, 2]), int(headers[team, 3])
+        blocks = buffers.team_blocks
         label = (f"block {block} warp {warp}" if buffers.team_warps == 1
-                 else f"block {block} (team of {buffers.team_warps} warps)")
+                 else f"block {block} (team of {buffers.team_warps} warps)" if blocks == 1
+                 else f"blocks {block}-{block + blocks - 1} (team of {buffers.team_warps} warps x {blocks} blocks)")
         meta_events.append({"name": "thread_name", "ph": "M", "pid": sm, "tid": team, "args": {"name": label}})
         meta_events.append({"name": "thread_sort_index", "ph": "M", "pid": sm, "tid": team,
                             "args": {"sort_index": team}})
