@@ -212,8 +212,8 @@ def team_blocks_default() -> int | None:
 # The blocks of a team the runtime chooses for a team of several warps: TEAM_BLOCKS_CHOSEN where
 # every request of the batch gets its cluster within half of the SMs (an H100's 132: batches of up
 # to 8), else 1. Measured side by side on an H100 with the real pair (docs/benchmarks.md, fourteenth
-# session): 8 blocks against 1, plain greedy the same within 1.5% at batch 1 and 8, ASBS 10% and 9%
-# faster, a 9-position pass 28% shorter; 2 blocks were 12% slower at batch 1.
+# session): 8 blocks against 1, plain greedy 6% faster at batch 1 and 8, ASBS 20% and 16%, a
+# 9-position pass 219 us against 372; 2 blocks were 12% slower than 1 at batch 1.
 TEAM_BLOCKS_CHOSEN = 8
 
 
