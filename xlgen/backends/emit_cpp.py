@@ -424,8 +424,9 @@ class CppEmitter:
         # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
         pools = _may_write_pool(s.body)
         flags = [s.by_warp, entry, pools]  # xl_lanes<ByWarp, EntrySync = true, Pools = false>
-        while len(flags) > 1 and flags[-1] == (len(flags) == 2):
-            flags.pop()  # (the defaults left out)
+        defaults = [None, True, False]
+        while len(flags) > 1 and flags[-1] == defaults[len(flags) - 1]:
+            flags.pop()  # trailing defaults left out
         by_warp = ", ".join(str(f).lower() for f in flags)
         v = names.cpp(s.var)
         group = self._group_plan(s, grouping.plan(s, bound))
