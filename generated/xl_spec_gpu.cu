@@ -70,7 +70,7 @@ __device__ __forceinline__ bool xl_aborted(XlControl* ctl) { return ((volatile X
 #define XL_ROUND_BARRIERS 1  // 2: a full grid barrier on each side of phase 2 (the A/B reference)
 #endif
 #ifndef XL_KEEP_REQUEST_ON_CHIP
-#define XL_KEEP_REQUEST_ON_CHIP 1  // skip the copy in while a warp keeps its request (only arbiters write reqs[] in phase 2)
+#define XL_KEEP_REQUEST_ON_CHIP 1  // copy in only what phase 2 wrote while a team keeps its request (xl_refresh_request)
 #endif
 #ifndef XL_HOST_POLL_ROUNDS
 #define XL_HOST_POLL_ROUNDS 64  // block 0 reads the host's abort flag every this many rounds
@@ -143,8 +143,8 @@ __device__ __forceinline__ bool xl_grid_sync(XlControl* ctl, const volatile int3
 #endif
 // Words lo..hi-1 of a request. `rank`: the thread's place among the team's threads in its block
 // (a warp's lane, or with teams of several warps the thread's index in the block).
-__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank,
-                                              int lo = 0, int hi = XL_REQUEST_WORDS) {
+__device__ __forceinline__ void xl_copy_span(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank,
+                                             int lo, int hi) {
     constexpr int stride = XL_BLOCK_THREADS;
     for (int base = lo + rank; base < hi; base += stride * XL_COPY_BATCH) {
         uint32_t v[XL_COPY_BATCH];
@@ -157,6 +157,19 @@ __device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const 
             if (base + stride * b < hi) dst[base + stride * b] = v[b];
         }
     }
+}
+
+__device__ __forceinline__ void xl_copy_words(uint32_t* __restrict__ dst, const uint32_t* __restrict__ src, int rank,
+                                              int lo = 0, int hi = XL_REQUEST_WORDS) {
+    xl_copy_span(dst, src, rank, lo, hi);
+    XL_TEAM_BLOCK_SYNC();
+}
+
+// A held request's words that phase 2 may have written since the team copied it back (the
+// request fields its stages assign, and what lies between them): the rest of reqs[id] is
+// what the team wrote back, so a team that kept the request copies in only these.
+__device__ __forceinline__ void xl_refresh_request(uint32_t* slot, const Request* req, int rank) {
+    xl_copy_span(slot, reinterpret_cast<const uint32_t*>(req), rank, 792, 1323);  // kv_pages .. kv_snap_used (18 fields)
     XL_TEAM_BLOCK_SYNC();
 }
 
@@ -184,11 +197,13 @@ __device__ __forceinline__ int xl_team_broadcast(int v) {
 
 // The request a warp works on (XL_REQUEST_IN_SHARED). In global memory, its
 // stages' loads go through the L1 and lane 0's stores reach the other lanes through
-// __syncwarp. `copy` false: the warp's slot already holds it (modes 1 and 2).
+// __syncwarp. `copy` false: the warp's slot already holds it (modes 1 and 2), but for what
+// phase 2 wrote where `refresh`.
 __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, uint32_t* slot, int lane,
-                                                    bool copy = true) {
+                                                    bool copy = true, bool refresh = false) {
 #if XL_REQUEST_IN_SHARED
     if (copy) xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
+    else if (refresh) xl_refresh_request(slot, reqs + id, lane);
 #if XL_REQUEST_IN_SHARED == 2
     if (lane == 0) xl_twin[threadIdx.x >> 5] = reqs + id;
     __syncwarp();
@@ -197,6 +212,7 @@ __device__ __forceinline__ Request& xl_take_request(Request* reqs, int32_t id, u
 #else
     (void)slot;
     (void)copy;
+    (void)refresh;
     (void)lane;
     return reqs[id];
 #endif
@@ -407,8 +423,10 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
 
     unsigned int epoch = 0;  // grid barriers passed
     XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true};  // phase 2 over the grid
-    // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round.
+    // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round
+    // but for what phase 2 wrote if it took a turn then (held_turn).
     int32_t held_id = -1, held_round = -1;
+    bool held_turn = false;
     if (blockIdx.x == 0) xl_compact_and_admit(ctl, launch, active_lists, active_lists + list_len, keep, 0, false, sink, host_flags);
     if (!xl_grid_sync(ctl, host_flags, epoch)) return;
     for (;;) {
@@ -427,11 +445,11 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
         int turns = 0;  // (rank 0) a request of this team takes a phase-2 turn
         for (int32_t i = gteam; i < n_active; i += nteams) {
             const int32_t id = active[i];
-            // Only this team writes request `id` this round; if it also ran it last round and
-            // no arbiter wrote it since (k != 2), the slot still holds it. Anything new in
-            // phase 2 that writes reqs[] must clear XL_KEEP_REQUEST_ON_CHIP (or mark k = 2).
+            // Only this team writes request `id` this round; if it also ran it last round, the
+            // slot still holds it, but for the fields phase 2 wrote if it took a turn (k == 2).
+            // Anything new that writes reqs[] between rounds must clear XL_KEEP_REQUEST_ON_CHIP.
             const bool held = XL_KEEP_REQUEST_ON_CHIP && id == held_id && held_round == round - 1;
-            Request& r = xl_take_request(reqs, id, slot, block_rank, !held);
+            Request& r = xl_take_request(reqs, id, slot, block_rank, !held, held_turn);
             if (rank == 0) where[gteam] = XlWhere{id, round, -1, 0};
             const bool alive = run_request_stages(r, *sh, p, id, round, sink, rank == 0);
             XL_TEAM_SYNC();
@@ -444,7 +462,8 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
             xl_put_request(reqs, id, slot, block_rank);
             if (rank == 0) keep[i] = k;
             turns |= k == 2;
-            held_id = xl_team_broadcast(k) == 2 ? -1 : id;
+            held_turn = xl_team_broadcast(k) == 2;
+            held_id = id;
             held_round = round;
         }
         // One grid barrier per round: block 0 waits for every block's arrival, runs
@@ -650,7 +669,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
                 if (answer == 0u) return;  // aborted
                 alive = answer == (unsigned)XL_EPOCH_ALIVE;
 #if XL_REQUEST_IN_SHARED
-                xl_copy_words(slot, reinterpret_cast<const uint32_t*>(reqs + id), lane);
+                xl_refresh_request(slot, reqs + id, lane);
 #endif
                 if (!alive) break;
             }

@@ -10,6 +10,7 @@ into a cache directory that travels with the call (ignored by git, named in `car
     XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 32,16      # the real pair
     XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 16x4       # 4 blocks of 16 warps
     XLGEN_CACHE=$PWD/.xlcache XLGEN_NVRTC_OPTIONS=-DXL_ROWS_MAX=0 python3 scripts/precompile_cubins.py --teams 32
+    XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 16x8 --timeline   # for --timeline runs
     # then, on the device:  export XLGEN_CACHE=$PWD/.xlcache  (after scripts/device_setup.sh)
 
 --dry-run prints the cubins' paths without compiling. nvcc takes the NVRTC options but
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teams", default="32",
                     help="team shapes, a comma-separated list: warps, or warps x blocks (16x4); default 32")
     ap.add_argument("--arch", default="90", help="compute capability (default 90: H100/H200)")
+    ap.add_argument("--timeline", action="store_true", help="the timeline build (gpu.run(timeline=True), --timeline)")
     ap.add_argument("--dry-run", action="store_true", help="print the cubins' paths only")
     args = ap.parse_args(argv)
     if args.pipeline is None:
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.teams.split(","):
         team, _, blocks = shape.partition("x")
         team, blocks = int(team), int(blocks or 1)
-        source, options, path = gpu.cubin_plan(compiled, team, args.arch, team_blocks=blocks)
+        source, options, path = gpu.cubin_plan(compiled, team, args.arch, args.timeline, team_blocks=blocks)
         if args.dry_run or path.exists():
             print(f"{path} (team {shape}{', cached' if path.exists() else ''})")
             continue

@@ -861,6 +861,7 @@ class CppEmitter:
             "frame_words": collective_frame_words(p),
             "done": done,
             "done_reads_shared": ir.may_read_shared(p.done),
+            "phase2_spans": field_spans(p.request_fields, ir.fields_written(p.phase2_stages)),
             "record_words": 4 + max(widths),  # the header: request, round, kind, stage
         }
 
@@ -889,6 +890,29 @@ class CppEmitter:
             out.append({"ctype": cpp_ops.storage_type(elem), "name": names.cpp(s.name),
                         "array": f"[{s.count}]" if s.is_array else "", "offset": s.offset * 4, "xl_name": s.name})
         return out
+
+
+# Fields this few words apart are copied as one span (a word copied for nothing costs less
+# than another pass over the team's threads).
+SPAN_GAP = 64
+
+
+def field_spans(fields, names: set[str]) -> list[dict]:
+    """The words [lo, hi) of the fields named, as few spans as SPAN_GAP allows, each with the names
+    of the fields it holds that are named."""
+    spans: list[dict] = []
+    for s in slots(fields):
+        if s.name not in names:
+            continue
+        if spans and s.offset - spans[-1]["hi"] <= SPAN_GAP:
+            spans[-1]["hi"] = s.offset + s.count
+            spans[-1]["names"].append(s.name)
+        else:
+            spans.append({"lo": s.offset, "hi": s.offset + s.count, "names": [s.name]})
+    for span in spans:
+        held = span.pop("names")
+        span["fields"] = held[0] if len(held) == 1 else f"{held[0]} .. {held[-1]} ({len(held)} fields)"
+    return spans
 
 
 def _rows_hint(s: ir.Lanes, bound: int | None) -> int:
