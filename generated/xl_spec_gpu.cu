@@ -389,7 +389,7 @@ __device__ __forceinline__ XlSpan xl_span_grid(int32_t n, XlGrid* grid) {
 #else
 #define XL_DETERMINISTIC_BOUNDS
 #endif
-extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
+extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request* reqs, Shared* sh, const __grid_constant__ Params params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                                 XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
                                                 unsigned long long capacity, unsigned long long* count,
@@ -415,7 +415,10 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     const int nteams = (int)gridDim.x * warps_per_block;
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
 #endif
-    const Params p = *params;
+    // The launch's parameters stay where the launch put them, in the constant bank
+    // (__grid_constant__): every stage reads them (the weights' addresses), and a copy in
+    // local memory missed the L1 whenever the request filled the block's shared memory.
+    const Params& p = params;
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     // Two lists of active request ids (this round's and the next), max_active each.
     const int32_t list_len = max_active < n_requests ? max_active : n_requests;
@@ -606,7 +609,7 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
 #define XL_EPOCH_MAX_SLEEP_NS 1024u
 #endif
 
-extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* params, int32_t n_requests,
+extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const __grid_constant__ Params params, int32_t n_requests,
                                                 int32_t max_active, int32_t max_rounds,
                                        XlControl* ctl, int32_t* active_lists, int8_t* keep, uint32_t* records,
                                        unsigned long long capacity, unsigned long long* count,
@@ -618,7 +621,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
     const int warp = (int)(threadIdx.x >> 5);
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     // Phase 2 in block 0 (the host gives such a program two blocks or more): an epoch holds at
     // most a request per warp.
@@ -692,7 +695,7 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const Params* 
 // graph and replayed. The work is the mega-kernel's, so their traces equal the
 // simulator's too.
 
-#define XL_STEP_PARAMS Request* reqs, Shared* sh, const Params* params, XlControl* ctl, int32_t* active_lists, \
+#define XL_STEP_PARAMS Request* reqs, Shared* sh, const __grid_constant__ Params params, XlControl* ctl, int32_t* active_lists, \
     int8_t* keep, uint32_t* records, unsigned long long capacity, unsigned long long* count, int32_t list_len, \
     int32_t n_requests, int32_t max_active, int32_t max_rounds, XlWhere* where, uint32_t* coll_mem
 
@@ -710,7 +713,7 @@ extern "C" __global__ void xl_step_prefill(XL_STEP_PARAMS) {  // stages/prefill.
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
@@ -732,7 +735,7 @@ extern "C" __global__ void xl_step_decode(XL_STEP_PARAMS) {  // stages/decode.xl
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
@@ -754,7 +757,7 @@ extern "C" __global__ void xl_step_spec_verify(XL_STEP_PARAMS) {  // stages/veri
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
@@ -776,7 +779,7 @@ extern "C" __global__ void xl_step_commit(XL_STEP_PARAMS) {  // stages/commit.xl
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
@@ -798,7 +801,7 @@ extern "C" __global__ void xl_step_kv_plan(XL_STEP_PARAMS) {  // stages/kv.xl:64
     const int gwarp = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nwarps = (int)gridDim.x * (int)(blockDim.x >> 5);
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
@@ -815,7 +818,7 @@ extern "C" __global__ void xl_step_kv_plan(XL_STEP_PARAMS) {  // stages/kv.xl:64
 
 extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {  // phase 2, one block
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
     const int32_t* active = active_lists + (ctl->parity ? list_len : 0);
@@ -829,7 +832,7 @@ extern "C" __global__ void xl_step_arbiters(XL_STEP_PARAMS) {  // phase 2, one b
 
 extern "C" __global__ void xl_step_retire(XL_STEP_PARAMS) {
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
-    const Params p = *params;
+    const Params& p = params;  // (the constant bank: xl_run_deterministic)
     const int32_t n_active = ctl->n_active;
     const int32_t round = ctl->round;
     const int32_t* active = active_lists + (ctl->parity ? list_len : 0);

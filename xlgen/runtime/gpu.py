@@ -581,7 +581,9 @@ class _Buffers:
                  coll_overflow):
         self.reqs = cupy.asarray(reqs_host.view(np.uint32))
         self.shared = cupy.asarray(shared_host.view(np.uint32))
-        self.params = cupy.asarray(packed.view(np.uint32))
+        # Params by value (the kernels' __grid_constant__ parameter): CuPy passes an array of one
+        # element by value, and the driver copies the parameter's size from it.
+        self.params = np.frombuffer(packed.tobytes(), dtype=np.dtype((np.void, packed.nbytes)))
         # XlControl: 12 words of counters, then the round_end_ns pointer and its capacity.
         self.round_cap = max(2, min(config.max_rounds + 1, 1 << 20))
         self.round_end_ns = cupy.zeros(self.round_cap, dtype=np.uint64)
