@@ -14,6 +14,7 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 from . import cpp_ops, grouping, names, ranges
 from ..core import ir
@@ -62,6 +63,7 @@ class CppEmitter:
         self.proofs = ranges.Proofs()  # the checks of the code being emitted that cannot fail
         self.fast = False  # in a versioned lanes loop's body: `xl_chk` is its XlCheck
         self.after_lanes = False  # the statement being emitted follows a lanes loop in its block
+        self.team_touches = False  # the stage's own code records what it touches (stage())
         self.sites = Sites(program)  # what each check names when it fails (docs/semantics.md §12)
         self.in_function: str | None = None  # the helper being emitted (its array parameters are subjects)
         # id(subexpression), or ("page", id(pool read)), -> the C++ name holding its value
@@ -239,6 +241,10 @@ class CppEmitter:
         for run in ir.reduction_runs(stmts):
             s = run[-1]
             self.after_lanes = isinstance(previous, ir.Lanes)
+            if self.team_touches and self._team_code() and not isinstance(s, ir.Lanes):
+                touched = set().union(*(ir.state_access(x, own_only=True)[0] for x in run))
+                if touched:  # (a cluster team's record of it: xl_team_loop)
+                    lines.append(f"{IND * depth}XL_TOUCH({state_mask(touched)});")
             if len(run) > 1:
                 lines.extend(self._reductions(run, depth))
             else:
@@ -423,8 +429,11 @@ class CppEmitter:
         entry = not (after_lanes and not any(_reads_state(b) for b in (s.start, s.stop)))
         # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
         pools = _may_write_pool(s.body)
-        flags = [s.by_warp, entry, pools]  # xl_lanes<ByWarp, EntrySync = true, Pools = false>
-        defaults = [None, True, False]
+        # What it may touch and write (xl_team_loop: whether a cluster team must sync on entry).
+        touched, written = ir.state_access(s)
+        masks = [state_mask(written), state_mask(touched)] if self.team_touches else [ALL_STATE, ALL_STATE]
+        flags = [s.by_warp, entry, pools, *masks]  # xl_lanes<ByWarp, EntrySync = true, Pools = false, Writes, Touches>
+        defaults = [None, True, False, ALL_STATE, ALL_STATE]
         while len(flags) > 1 and flags[-1] == defaults[len(flags) - 1]:
             flags.pop()  # trailing defaults left out
         by_warp = ", ".join(str(f).lower() for f in flags)
@@ -436,8 +445,9 @@ class CppEmitter:
             split = group is not None or tiles.k is not None
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
             fast = f"xl_lo >= 0 && xl_hi <= {bound}" if bound is not None else ("xl_lo >= 0" if split else "true")
+            extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
-                         f"{', true' if pools else ''}>(err, 1, "
+                         f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
         elif bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
@@ -461,10 +471,15 @@ class CppEmitter:
         lines += [f"{after});", f"{pad}{IND}if (xl_failed(err)) {outer_bail}", f"{pad}}}"]
         return lines + self._line_mark(s, depth)
 
+    def _team_code(self) -> bool:
+        """Whether statements are a per-request stage's own code, run by its whole team (not an
+        iteration's or element's)."""
+        return self.field_store == "XL_WARP_STORE" and self.bail == "return err;"
+
     def _line_mark(self, s, depth: int, what: str = "") -> list[str]:
         """-DXL_PROFILE_LINES's mark after a lanes loop or reduction of a per-request stage's own
         code (not inside an iteration or element): the team's cycles up to here (xl_runtime.cuh)."""
-        if self.field_store != "XL_WARP_STORE" or self.bail != "return err;":
+        if not self._team_code():
             return []
         self.line_sites.append(f"{s.loc.file}:{s.loc.line}")
         return [f"{IND * depth}XL_LINE_MARK({len(self.line_sites) - 1});  // {self.line_sites[-1]} in {self.stage_name}{what}"]
@@ -794,10 +809,16 @@ class CppEmitter:
             self.proofs = ranges.analyse_expr(s.guard)
             guard = self.statement_expr(s.guard, s.guard.loc.line)
         self.proofs = ranges.analyse(s.body)
+        # A cluster team records what its code touches (XL_TOUCH) only in a stage with a loop it may
+        # spread: only such a loop reads the record, and every stage starts from "anything".
+        self.team_touches = not s.in_phase2 and any(
+            isinstance(x, ir.Lanes) and (x.by_warp or _may_write_pool(x.body)) for x in ir.statements(s.body))
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
         if not s.in_phase2:  # -DXL_PROFILE_LINES: the stage's time from its start to its end
-            body = [f"{IND}XL_LINE_START();"] + body + self._line_mark(s, 1, " (the stage's end)")
+            # (a cluster team's record: what ran before the stage, unknown here, touched anything)
+            start = [f"{IND}XL_TOUCH({ALL_STATE});"] if self.team_touches else []
+            body = [f"{IND}XL_LINE_START();", *start] + body + self._line_mark(s, 1, " (the stage's end)")
         self.field_store = None
         return {
             "name": s.name,
@@ -923,6 +944,20 @@ def _rows_hint(s: ir.Lanes, bound: int | None) -> int:
     if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const):
         return max(int(s.stop.value) - int(s.start.value), 0)
     return 0
+
+
+# A cluster team's record of the state its code touched since the cluster's last barrier
+# (xl_team_loop): a bit per request field (a hash of its name, 31 buckets) and one for every pool.
+ALL_STATE = "0xffffffffu"
+POOLS_BIT = 31
+
+
+def state_mask(names_: set[str]) -> str:
+    """The bits of fields and pools (ir.state_access's names), as a C++ constant."""
+    bits = 0
+    for name in names_:
+        bits |= 1 << (POOLS_BIT if name.startswith("pool ") else zlib.crc32(name.encode()) % POOLS_BIT)
+    return f"0x{bits:08x}u"
 
 
 def _may_write_pool(body) -> bool:

@@ -490,6 +490,45 @@ def fields_written(stages) -> set[str]:
     return found
 
 
+ANY_POOL = "pool *"  # (state_access) every pool: a helper's call, whose body is not looked into
+
+
+def state_access(node, own_only: bool = False) -> tuple[set[str], set[str]]:
+    """The request fields and pools (`pool <name>`, or ANY_POOL) a statement or expression may
+    touch (read or write), and those it may write: assignments, array fields passed to a call (a
+    reference), pool stores; a helper's call may touch and write any pool. `own_only`: an `if`'s
+    conditions and a `for`'s bounds only, not the statements nested in them."""
+    touched: set[str] = set()
+    written: set[str] = set()
+    stack: list = [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+            continue
+        if own_only and x is node and isinstance(x, If):
+            stack.extend(cond for cond, _ in x.arms)
+            continue
+        if own_only and x is node and isinstance(x, For):
+            continue  # (constant bounds)
+        if isinstance(x, Var) and x.kind == FIELD:
+            touched.add(x.name)
+        elif isinstance(x, Assign) and x.target.kind == FIELD:
+            written.add(x.target.name)
+        elif isinstance(x, (PoolLoad, PoolStore)):
+            touched.add(f"pool {x.pool.name}")
+            if isinstance(x, PoolStore):
+                written.add(f"pool {x.pool.name}")
+        elif isinstance(x, Call):
+            written |= {a.name for a in x.args if isinstance(a, Var) and a.kind == FIELD and isinstance(a.type, ArrayType)}
+            if not x.builtin:
+                touched.add(ANY_POOL)
+                written.add(ANY_POOL)
+        if isinstance(x, (Stmt, Expr)):
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f not in ("loc", "type", "pool"))
+    return touched | written, written
+
+
 @dataclass(frozen=True)
 class ExprStmt(Stmt):
     expr: Call

@@ -1003,9 +1003,14 @@ XL_DEVICE uint32_t xl_cluster_rank() {
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
+// Per thread, the request fields and pools (emit_cpp.state_mask's bits) the team's code may have
+// touched since the cluster's last barrier (XL_TOUCH; xl_team_loop reads it).
+__shared__ uint32_t xl_team_touched[32 * XL_TEAM_WARPS];
 XL_DEVICE void xl_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    xl_team_touched[threadIdx.x] = 0u;
 }
+#define XL_TOUCH(mask) (xl_team_touched[threadIdx.x] |= (uint32_t)(mask))
 // Block `rank`'s copy of this block's shared variable at `p` (distributed shared memory).
 XL_DEVICE uint32_t xl_cluster_addr(const void* p, uint32_t rank) {
     uint32_t out;
@@ -1052,6 +1057,9 @@ template <typename T> XL_DEVICE void xl_cluster_put(const T* p, uint32_t rank, c
 #else
 #define XL_TEAM_BLOCK_SYNC() __syncthreads()
 #endif
+#endif
+#if !(XL_ON_GPU && XL_TEAM_BLOCKS > 1)
+#define XL_TOUCH(mask) ((void)0)  // (only a cluster team keeps the record)
 #endif
 constexpr int64_t XL_NO_INDEX = 0x7FFFFFFFFFFFFFFFll;  // (NVRTC has no INT64_MAX)
 
@@ -1119,8 +1127,11 @@ XL_DEVICE void xl_block_err_merge(XlLaneErr& first) {
 //   block all the iterations into its own copy, with the block's barriers only: no block waits
 //   for another.
 // A thread's mode (xl_team_mode): whether its loop is spread (its stores go to every copy), and
-// whether the team's last barrier was its block's (a spread loop then syncs the cluster on entry
-// even where the loop follows another with bounds that read no state: EntrySync false).
+// whether the team's last barrier was its block's. A spread loop then syncs the cluster on entry
+// even where the loop follows another with bounds that read no state (EntrySync false), unless
+// nothing the team ran since the cluster's last barrier touched what the loop writes
+// (xl_team_touched against its Writes): the blocks run the same code, so no block can still be
+// reading or writing what another's iteration stores into its copy (or into a pool).
 enum : uint8_t { XL_MODE_SPREAD = 1, XL_MODE_AFTER_BLOCK = 2 };
 __shared__ uint8_t xl_team_mode[XL_BLOCK_THREADS];
 XL_DEVICE bool xl_spreading() { return (xl_team_mode[threadIdx.x] & XL_MODE_SPREAD) != 0; }
@@ -1140,16 +1151,18 @@ struct XlTeamLoop {
 };
 // A lanes loop's entry: its barrier, and the iterations this thread (ByWarp: its warp) takes of n.
 // Pools: the loop writes a pool (global memory, which the copies of a cluster team do not cover).
-template <bool ByWarp, bool EntrySync, bool Pools>
+// Writes, Touches: the fields and pools the loop may write, and touch (emit_cpp.state_mask).
+template <bool ByWarp, bool EntrySync, bool Pools, uint32_t Writes, uint32_t Touches>
 XL_DEVICE XlTeamLoop xl_team_loop(int64_t n) {
 #if XL_ON_GPU && XL_TEAM_BLOCKS > 1
     uint8_t& mode = xl_team_mode[threadIdx.x];
     if (Pools || (ByWarp && n >= XL_TEAM_NWARPS)) {
-        if (EntrySync || (mode & XL_MODE_AFTER_BLOCK)) xl_cluster_sync();
+        if (EntrySync || ((mode & XL_MODE_AFTER_BLOCK) && (xl_team_touched[threadIdx.x] & Writes))) xl_cluster_sync();
         mode = XL_MODE_SPREAD;
         return {ByWarp ? XL_TEAM_WARP : XL_TEAM_RANK, ByWarp ? XL_TEAM_NWARPS : XL_TEAM_THREADS};
     }
     if (EntrySync) __syncthreads();
+    XL_TOUCH(Touches);
     mode = 0;
     return {ByWarp ? (int64_t)(threadIdx.x >> 5) : (int64_t)threadIdx.x, ByWarp ? XL_TEAM_WARPS : XL_BLOCK_THREADS};
 #elif XL_ON_GPU
@@ -1178,6 +1191,7 @@ XL_DEVICE void xl_team_start() {
     xl_cluster_finishes[threadIdx.x] = 0u;
     xl_team_mode[threadIdx.x] = 0;
     xl_cluster_sync();  // (before any block sets a bit here)
+    XL_TOUCH(~0u);
 }
 #else
 XL_DEVICE void xl_team_start() {}
@@ -1261,11 +1275,14 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // copy in follows the previous request's broadcast barrier. Single-thread reads (trace
 // records, retire checks) therefore never overlap a write by another warp.
 // EntrySync false: the loop follows another lanes loop and its bounds read no state
-// (emit_cpp.py), so that loop's exit barrier already separates them.
-template <bool ByWarp, bool EntrySync = true, bool Pools = false, typename Body>
+// (emit_cpp.py), so that loop's exit barrier already separates them. Writes, Touches: what the
+// loop may write and touch (a cluster team's entry barrier after a loop in every block alike:
+// xl_team_loop); by default, anything.
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+          typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-    const XlTeamLoop mine = xl_team_loop<ByWarp, EntrySync, Pools>((int64_t)hi - lo);
+    const XlTeamLoop mine = xl_team_loop<ByWarp, EntrySync, Pools, Writes, Touches>((int64_t)hi - lo);
     for (int64_t i = (int64_t)lo + mine.start; i < (int64_t)hi; i += mine.stride) {
         XlErr e = {0, 0, 0};
         body((int32_t)i, e);
@@ -1276,10 +1293,15 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
 
 // A lanes loop versioned on its range (ranges.py): `fast` (the same on every thread of the
 // team) picks the body without the checks proved for that range.
-template <bool ByWarp, bool EntrySync = true, bool Pools = false, typename Body>
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+          typename Body>
 XL_DEVICE void xl_lanes_v(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Body body) {
-    if (fast) xl_lanes<ByWarp, EntrySync, Pools>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
-    else xl_lanes<ByWarp, EntrySync, Pools>(err, key, lo, hi, [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
+    if (fast)
+        xl_lanes<ByWarp, EntrySync, Pools, Writes, Touches>(err, key, lo, hi,
+                                                            [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
+    else
+        xl_lanes<ByWarp, EntrySync, Pools, Writes, Touches>(err, key, lo, hi,
+                                                            [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
 }
 
 template <typename T> XL_HD T xl_sum_add(T a, T b) { return xl_add(a, b); }
@@ -1358,18 +1380,19 @@ constexpr int xl_group_rows_per_tile() {
     return r;
 }
 
-template <bool EntrySync, int K, int G, bool Split, bool Pools = false, typename Checked, typename Grouped, typename Rows>
+template <bool EntrySync, int K, int G, bool Split, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+          typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
                                 Grouped grouped, Rows rows) {
     constexpr bool has_grouped = !XlSame<Grouped, XlNone>::value;
     constexpr bool has_rows = !XlSame<Rows, XlNone>::value && XL_ROWS_MAX > 0;
     const bool many = (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
     if (!fast || (!(has_grouped && many) && !has_rows)) {
-        xl_lanes_v<true, EntrySync, Pools>(err, key, lo, hi, fast, checked);
+        xl_lanes_v<true, EntrySync, Pools, Writes, Touches>(err, key, lo, hi, fast, checked);
         return;
     }
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-    const XlTeamLoop mine = xl_team_loop<true, EntrySync, Pools>((int64_t)hi - lo);
+    const XlTeamLoop mine = xl_team_loop<true, EntrySync, Pools, Writes, Touches>((int64_t)hi - lo);
     const int32_t start = (int32_t)mine.start, stride = (int32_t)mine.stride;
     if constexpr (has_grouped) {
         if (many) {
