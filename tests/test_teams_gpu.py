@@ -12,6 +12,8 @@ barrier at a lanes loop's entry the records differ from the simulator's for team
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from xlgen.backends.build import load_text
@@ -98,8 +100,14 @@ done when n >= 6
 TEAM_SHAPES = [(1, 1), (4, 1), (8, 1), (16, 1), (4, 2), (8, 4), (16, 8)]
 
 
+# A spread loop after a loop in every block alike that read what it writes (its entry barrier stays), and
+# one after reads of other fields only (it goes: tests/test_team_touch.py).
+WRITES_AFTER_READS = (Path(__file__).parent / "programs" / "team_touch.xl").read_text()
+
+
 @pytest.mark.parametrize("team_warps,team_blocks", TEAM_SHAPES)
-@pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES], ids=["reported", "reads_before_writes"])
+@pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES, WRITES_AFTER_READS],
+                         ids=["reported", "reads_before_writes", "writes_after_reads"])
 def test_teams_agree_with_the_simulator(source, team_warps, team_blocks):
     compiled = load_text(source, "race.xl")
     inputs = [{} for _ in range(12)]

@@ -430,8 +430,10 @@ class CppEmitter:
         # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
         pools = _may_write_pool(s.body)
         # What it may touch and write (xl_team_loop: whether a cluster team must sync on entry).
-        touched, written = ir.state_access(s)
-        masks = [state_mask(written), state_mask(touched)] if self.team_touches else [ALL_STATE, ALL_STATE]
+        masks = [ALL_STATE, ALL_STATE]
+        if self.team_touches:
+            touched, written = ir.state_access(s)
+            masks = [state_mask(written), state_mask(touched)]
         flags = [s.by_warp, entry, pools, *masks]  # xl_lanes<ByWarp, EntrySync = true, Pools = false, Writes, Touches>
         defaults = [None, True, False, ALL_STATE, ALL_STATE]
         while len(flags) > 1 and flags[-1] == defaults[len(flags) - 1]:
@@ -963,18 +965,7 @@ def state_mask(names_: set[str]) -> str:
 def _may_write_pool(body) -> bool:
     """Whether statements may write a pool: a pool store, or a call of a helper (whose body is not
     looked into: conservatively yes)."""
-    def calls(e) -> bool:
-        return (isinstance(e, ir.Call) and not e.builtin) or any(calls(c) for c in ranges.children(e))
-
-    for st in ir.statements(body):
-        if isinstance(st, ir.PoolStore):
-            return True
-        for f in dataclasses.fields(st):
-            value = getattr(st, f.name)
-            for e in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(e, ir.Expr) and calls(e):
-                    return True
-    return False
+    return any(name.startswith("pool ") for name in ir.state_access(body)[1])
 
 
 def _reads_state(e) -> bool:

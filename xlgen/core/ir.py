@@ -474,20 +474,7 @@ def fields_written(stages) -> set[str]:
     """The request fields the stages' bodies may write: their assignments (at any depth), and
     any array field passed to a call (conservatively: an array argument is a reference).
     Functions cannot write state and procs are inlined, so nothing else writes."""
-    found: set[str] = set()
-    stack: list = [s.body for s in stages]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (tuple, list)):
-            stack.extend(node)
-            continue
-        if isinstance(node, Assign) and node.target.kind == FIELD:
-            found.add(node.target.name)
-        elif isinstance(node, Call):
-            found |= {a.name for a in node.args if isinstance(a, Var) and a.kind == FIELD and isinstance(a.type, ArrayType)}
-        if isinstance(node, (Stmt, Expr)):
-            stack.extend(getattr(node, f) for f in node.__dataclass_fields__ if f not in ("loc", "type", "pool"))
-    return found
+    return {name for name in state_access([s.body for s in stages])[1] if not name.startswith("pool ")}
 
 
 ANY_POOL = "pool *"  # (state_access) every pool: a helper's call, whose body is not looked into
