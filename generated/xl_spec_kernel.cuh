@@ -87,6 +87,27 @@ __shared__ void* xl_twin[32];
 #define XL_WARP_STORE XL_POOL_STORE
 #define XL_ITER_STORE XL_POOL_ITER_STORE
 #endif
+// A run of ordinary stores (emit_cpp._store_runs: their values all computed first, none reading what
+// an earlier one stores, none able to fail): the barriers of one store for the whole run, each
+// store XL_RUN_PUT by the thread that XL_WARP_STORE stores with.
+#if XL_ON_GPU && XL_REQUEST_IN_SHARED == 2
+#define XL_RUN_PUT(lhs, value)                                                                       \
+    {                                                                                                \
+        lhs = (value);                                                                               \
+        *reinterpret_cast<decltype(&(lhs))>(static_cast<char*>(xl_twin[threadIdx.x >> 5]) +         \
+            (reinterpret_cast<const char*>(&(lhs)) - reinterpret_cast<const char*>(&r))) = (value); \
+    }
+#define XL_WARP_STORES(puts) do { __syncwarp(); if ((threadIdx.x & 31u) == 0u) { puts } __syncwarp(); } while (0)
+#elif XL_ON_GPU && XL_TEAM_BLOCKS > 1
+#define XL_RUN_PUT(lhs, value) lhs = (value);
+#define XL_WARP_STORES(puts) do { __syncthreads(); if (threadIdx.x == 0) { puts } __syncthreads(); } while (0)
+#elif XL_ON_GPU
+#define XL_RUN_PUT(lhs, value) lhs = (value);
+#define XL_WARP_STORES(puts) do { XL_TEAM_SYNC(); if (XL_TEAM_RANK == 0) { puts } XL_TEAM_SYNC(); } while (0)
+#else
+#define XL_RUN_PUT(lhs, value) lhs = (value);
+#define XL_WARP_STORES(puts) do { puts } while (0)
+#endif
 #if XL_ON_GPU && XL_TEAM_WARPS > 1 && XL_REQUEST_IN_SHARED == 2
 #error "a team of several warps keeps its request in shared memory copied back (XL_REQUEST_IN_SHARED 1) or in global memory (0)"
 #endif
@@ -559,8 +580,11 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
     if (r.kv_borrowed > 0) {
         XL_WARP_STORE(r.req_flags, (r.req_flags | ReqFlag::GRAFTED));
     }
-    XL_WARP_STORE(r.prefill_tokens, xl_max(xl_sub(r.prompt_len, xl_mul(r.kv_borrowed, xl_max(p.page_tokens, 1))), 0));
-    XL_WARP_STORE(r.token_limit, xl_clamp(r.max_new_tokens, 0, MAX_OUT));
+    {
+        const int32_t xl_v0 = xl_max(xl_sub(r.prompt_len, xl_mul(r.kv_borrowed, xl_max(p.page_tokens, 1))), 0);
+        const int32_t xl_v1 = xl_clamp(r.max_new_tokens, 0, MAX_OUT);
+        XL_WARP_STORES(XL_RUN_PUT(r.prefill_tokens, xl_v0) XL_RUN_PUT(r.token_limit, xl_v1));
+    }
     {
         const int32_t xl_v = fn_prompt_last_token(err, 1, p, r.seed);
         if (xl_failed(err)) return err;
@@ -571,8 +595,11 @@ XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int
         if (xl_failed(err)) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
-    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? 1 : 0));
-    XL_WARP_STORE(r.state, ((r.token_limit > 0) ? ReqState::DECODE_READY : ReqState::DONE));
+    {
+        const int32_t xl_v0 = (xl_eq(r.current_block_size, 0) ? 1 : 0);
+        const int32_t xl_v1 = ((r.token_limit > 0) ? ReqState::DECODE_READY : ReqState::DONE);
+        XL_WARP_STORES(XL_RUN_PUT(r.plain_steps, xl_v0) XL_RUN_PUT(r.state, xl_v1));
+    }
     XL_LINE_MARK(0);  // stages/prefill.xl:10 in prefill (the stage's end)
     return err;
 }
@@ -653,8 +680,11 @@ XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p,
         if (xl_failed(err)) return err;
         XL_WARP_STORE(r.current_block_size, xl_v);
     }
-    XL_WARP_STORE(r.plain_steps, (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0));
-    XL_WARP_STORE(r.state, ReqState::COMMIT_READY);
+    {
+        const int32_t xl_v0 = (xl_eq(r.current_block_size, 0) ? xl_add(r.plain_steps, 1) : 0);
+        const int32_t xl_v1 = ReqState::COMMIT_READY;
+        XL_WARP_STORES(XL_RUN_PUT(r.plain_steps, xl_v0) XL_RUN_PUT(r.state, xl_v1));
+    }
     XL_LINE_MARK(3);  // stages/verify.xl:9 in spec_verify (the stage's end)
     return err;
 }
@@ -695,11 +725,14 @@ XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int3
             break;
         }
     }
-    XL_WARP_STORE(r.total_proposed, xl_add(r.total_proposed, r.draft_len));
-    XL_WARP_STORE(r.total_accepted, xl_add(r.total_accepted, r.accepted_prefix_len));
-    XL_WARP_STORE(r.iterations, xl_add(r.iterations, 1));
-    XL_WARP_STORE(r.last_commit_len, appended);
-    XL_WARP_STORE(r.state, (finished ? ReqState::DONE : ReqState::DECODE_READY));
+    {
+        const int32_t xl_v0 = xl_add(r.total_proposed, r.draft_len);
+        const int32_t xl_v1 = xl_add(r.total_accepted, r.accepted_prefix_len);
+        const int32_t xl_v2 = xl_add(r.iterations, 1);
+        const int32_t xl_v3 = appended;
+        const int32_t xl_v4 = (finished ? ReqState::DONE : ReqState::DECODE_READY);
+        XL_WARP_STORES(XL_RUN_PUT(r.total_proposed, xl_v0) XL_RUN_PUT(r.total_accepted, xl_v1) XL_RUN_PUT(r.iterations, xl_v2) XL_RUN_PUT(r.last_commit_len, xl_v3) XL_RUN_PUT(r.state, xl_v4));
+    }
     XL_LINE_MARK(4);  // stages/commit.xl:6 in commit (the stage's end)
     return err;
 }
@@ -750,10 +783,13 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         tp = 0;
         cp = 0;
     }
-    XL_WARP_STORE(r.kv_want, tp);
-    XL_WARP_STORE(r.kv_cp, cp);
-    XL_WARP_STORE(r.kv_tp, tp);
-    XL_WARP_STORE(r.kv_committed_tok, committed_tok);
+    {
+        const int32_t xl_v0 = tp;
+        const int32_t xl_v1 = cp;
+        const int32_t xl_v2 = tp;
+        const int32_t xl_v3 = committed_tok;
+        XL_WARP_STORES(XL_RUN_PUT(r.kv_want, xl_v0) XL_RUN_PUT(r.kv_cp, xl_v1) XL_RUN_PUT(r.kv_tp, xl_v2) XL_RUN_PUT(r.kv_committed_tok, xl_v3));
+    }
     [[maybe_unused]] int32_t span = xl_min(xl_max(r.kv_held, tp), MAX_REQ_PAGES);
     [[maybe_unused]] int32_t held = r.kv_held;
     [[maybe_unused]] int32_t own_from = r.kv_borrowed;
@@ -865,17 +901,20 @@ XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int
         if (xl_failed(err)) return err;
         XL_LINE_MARK(14);  // stages/kv.xl:123 in kv_plan
     }
-    XL_WARP_STORE(r.kv_missing_committed, missing_committed);
-    XL_WARP_STORE(r.kv_need, need);
-    XL_WARP_STORE(r.kv_drafts, drafts);
-    XL_WARP_STORE(r.kv_drafts_above_tp, drafts_above_tp);
-    XL_WARP_STORE(r.kv_convert_lo, convert_lo);
-    XL_WARP_STORE(r.kv_convert_hi, convert_hi);
-    XL_WARP_STORE(r.kv_kept_committed, kept_committed);
-    XL_WARP_STORE(r.kv_kept_draft, xl_sub(drafts, drafts_above_tp));
-    XL_WARP_STORE(r.kv_kept_used_change, used_change);
-    XL_WARP_STORE(r.kv_walk_lo, walk_lo);
-    XL_WARP_STORE(r.kv_walk_hi, walk_hi);
+    {
+        const int32_t xl_v0 = missing_committed;
+        const int32_t xl_v1 = need;
+        const int32_t xl_v2 = drafts;
+        const int32_t xl_v3 = drafts_above_tp;
+        const int32_t xl_v4 = convert_lo;
+        const int32_t xl_v5 = convert_hi;
+        const int32_t xl_v6 = kept_committed;
+        const int32_t xl_v7 = xl_sub(drafts, drafts_above_tp);
+        const int32_t xl_v8 = used_change;
+        const int32_t xl_v9 = walk_lo;
+        const int32_t xl_v10 = walk_hi;
+        XL_WARP_STORES(XL_RUN_PUT(r.kv_missing_committed, xl_v0) XL_RUN_PUT(r.kv_need, xl_v1) XL_RUN_PUT(r.kv_drafts, xl_v2) XL_RUN_PUT(r.kv_drafts_above_tp, xl_v3) XL_RUN_PUT(r.kv_convert_lo, xl_v4) XL_RUN_PUT(r.kv_convert_hi, xl_v5) XL_RUN_PUT(r.kv_kept_committed, xl_v6) XL_RUN_PUT(r.kv_kept_draft, xl_v7) XL_RUN_PUT(r.kv_kept_used_change, xl_v8) XL_RUN_PUT(r.kv_walk_lo, xl_v9) XL_RUN_PUT(r.kv_walk_hi, xl_v10));
+    }
     XL_LINE_MARK(15);  // stages/kv.xl:64 in kv_plan (the stage's end)
     return err;
 }

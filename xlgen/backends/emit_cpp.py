@@ -238,14 +238,16 @@ class CppEmitter:
     def block(self, stmts, depth: int) -> list[str]:
         lines: list[str] = []
         previous = None
-        for run in ir.reduction_runs(stmts):
+        for run in self._store_runs(ir.reduction_runs(stmts)):
             s = run[-1]
             self.after_lanes = isinstance(previous, ir.Lanes)
             if self.team_touches and self._team_code() and not isinstance(s, ir.Lanes):
                 touched = set().union(*(ir.state_access(x, own_only=True)[0] for x in run))
                 if touched:  # (a cluster team's record of it: xl_team_loop)
                     lines.append(f"{IND * depth}XL_TOUCH({state_mask(touched)});")
-            if len(run) > 1:
+            if len(run) > 1 and isinstance(s, ir.Assign):
+                lines.extend(self._store_run(run, depth))
+            elif len(run) > 1:
                 lines.extend(self._reductions(run, depth))
             else:
                 lines.extend(getattr(self, "stmt_" + type(s).__name__)(s, depth))
@@ -281,6 +283,47 @@ class CppEmitter:
         lines += self._bail_if(level, pad + IND)
         lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
         return lines + [f"{pad}}}"]
+
+    def _plain_store(self, s) -> bool:
+        """An ordinary stage's store of a request field that cannot fail and calls nothing: one of a
+        run of them shares its barriers (_store_runs)."""
+        return (self.field_store == "XL_WARP_STORE" and isinstance(s, ir.Assign) and s.target.kind == ir.FIELD
+                and self.raises(s.value) == NEVER and self.raises(s.index) == NEVER
+                and (s.index is None or self._check(s, 0, s.checked) == NEVER)
+                and not ir.state_access((s.value, s.index))[1])
+
+    def _store_runs(self, runs: list[list]) -> list[list]:
+        """`runs` with each stretch of plain stores (_plain_store) of which none reads a field an
+        earlier one writes joined into one run: all their values can be computed first, and one
+        thread stores them between a single pair of barriers (XL_WARP_STORES), not a pair each."""
+        out: list[list] = []
+        written: set[str] = set()
+        for run in runs:
+            s = run[0]
+            if len(run) == 1 and self._plain_store(s):
+                joins = out and isinstance(out[-1][-1], ir.Assign) and self._plain_store(out[-1][-1])
+                if joins and not (ir.state_access((s.value, s.index))[0] & written):
+                    out[-1].append(s)
+                    written.add(s.target.name)
+                    continue
+                written = {s.target.name}
+            out.append(list(run))
+        return out
+
+    def _store_run(self, run: list[ir.Assign], depth: int) -> list[str]:
+        pad = IND * depth
+        lines, puts = [f"{pad}{{"], []
+        for n, s in enumerate(run):
+            elem = s.target.type.elem if s.index is not None else s.target.type
+            value = self.statement_expr(s.value, s.loc.line)
+            lines.append(f"{pad}{IND}const {cpp_ops.value_type(elem)} xl_v{n} = {value};")
+            lhs = self.expr(s.target)
+            if s.index is not None:
+                index = self._index(s, 0, self.expr(s.index), s.target.type.length, self.array_site(s.target), s.checked)
+                lines.append(f"{pad}{IND}const int32_t xl_i{n} = {index};")
+                lhs += f"[xl_i{n}]"
+            puts.append(f"XL_RUN_PUT({lhs}, xl_v{n})")
+        return lines + [f"{pad}{IND}XL_WARP_STORES({' '.join(puts)});", f"{pad}}}"]
 
     def stmt_PoolStore(self, s: ir.PoolStore, depth):
         pad = IND * depth
