@@ -21,10 +21,14 @@ typedef unsigned short uint16_t;
 #if defined(__CUDACC__)
 #define XL_HD __device__ __forceinline__  // the GPU build calls these from device code only
 #define XL_DEVICE __device__ __forceinline__
+// Code that rarely runs (a failure's merge), out of line: one copy for the kernel, where a copy
+// inlined at every loop and reduction made its code larger (docs/benchmarks.md, seventeenth session).
+#define XL_COLD __device__ __noinline__
 #define XL_ON_GPU 1
 #else
 #define XL_HD inline
 #define XL_DEVICE inline
+#define XL_COLD inline
 #define XL_ON_GPU 0
 #endif
 
@@ -1072,11 +1076,9 @@ XL_HD void xl_lane_err_note(XlLaneErr& first, int64_t at, const XlErr& e) {
     if (e.code && at < first.at) first = {at, e};
 }
 
-// Every lane ends with the warp's lowest failing index (a butterfly of minima).
-XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
+// The warp's lowest failing index, on every lane (a butterfly of minima).
+XL_COLD XlLaneErr xl_warp_err_min(XlLaneErr first) {
 #if XL_ON_GPU
-    // Usually nothing failed: one vote instead of the shuffles per reduction.
-    if (!__any_sync(0xFFFFFFFFu, first.e.code != 0)) return;
     for (int k = 16; k >= 1; k >>= 1) {
         XlLaneErr other;
         other.at = __shfl_xor_sync(0xFFFFFFFFu, (long long)first.at, k);
@@ -1088,6 +1090,15 @@ XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
         other.e.bound = __shfl_xor_sync(0xFFFFFFFFu, first.e.bound, k);
         if (other.at < first.at) first = other;
     }
+#endif
+    return first;
+}
+
+// Every lane ends with the warp's lowest failing index.
+XL_DEVICE void xl_warp_err_merge(XlLaneErr& first) {
+#if XL_ON_GPU
+    // Usually nothing failed: one vote instead of the shuffles per reduction.
+    if (__any_sync(0xFFFFFFFFu, first.e.code != 0)) first = xl_warp_err_min(first);
 #else
     (void)first;
 #endif
@@ -1099,9 +1110,9 @@ XL_HD void xl_lane_err_set(XlErr& err, int32_t key, const XlLaneErr& first) {
         xl_err_set(err, key, first.e.code, first.e.line, first.e.site, first.e.value, first.e.bound);
 }
 
-// Every thread of the block ends with the block's lowest failing index (its warps' minima
-// through shared memory). Called by every thread of the block.
-XL_DEVICE void xl_block_err_merge(XlLaneErr& first) {
+// The block's lowest failing index, on every thread (its warps' minima through shared memory).
+// Called by every thread of the block.
+XL_COLD XlLaneErr xl_block_err_min(XlLaneErr first) {
 #if XL_ON_GPU
     xl_warp_err_merge(first);
     __shared__ XlLaneErr xl_team_errs[XL_TEAM_WARPS];
@@ -1110,9 +1121,8 @@ XL_DEVICE void xl_block_err_merge(XlLaneErr& first) {
     for (int w = 0; w < XL_TEAM_WARPS; ++w)
         if (xl_team_errs[w].at < first.at) first = xl_team_errs[w];
     __syncthreads();
-#else
-    (void)first;
 #endif
+    return first;
 }
 
 #if XL_ON_GPU && XL_TEAM_BLOCKS > 1
@@ -1197,6 +1207,28 @@ XL_DEVICE void xl_team_start() {
 XL_DEVICE void xl_team_start() {}
 #endif
 
+#if XL_ON_GPU && XL_TEAM_BLOCKS > 1
+// The team's lowest failing index, on every thread, where the blocks in `blocks` failed: each such
+// block's minimum through its shared memory, read by every block. Called by the whole team.
+XL_COLD XlLaneErr xl_team_err_min(XlLaneErr first, uint32_t blocks) {
+    if (blocks >> xl_cluster_rank() & 1u) {
+        first = xl_block_err_min(first);
+        if (threadIdx.x == 0) xl_cluster_block_err = first;
+    }
+    xl_cluster_sync();
+    for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) {
+        if (!(blocks >> b & 1u)) continue;
+        XlLaneErr other;
+        for (uint32_t w = 0; w < sizeof(XlLaneErr) / 4; ++w)
+            reinterpret_cast<uint32_t*>(&other)[w] =
+                xl_cluster_load(reinterpret_cast<const uint32_t*>(&xl_cluster_block_err) + w, b);
+        if (other.at < first.at) first = other;
+    }
+    xl_cluster_sync();  // (every block has read the others' minima)
+    return first;
+}
+#endif
+
 // Every thread of the team ends with the team's lowest failing index (its warps' and blocks'
 // minima through shared memory), and the statement's error is set from it. Called by the whole
 // team, after its lanes loop.
@@ -1206,7 +1238,7 @@ XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 #if XL_ON_GPU && XL_TEAM_BLOCKS > 1
     if (!xl_spreading()) {  // every block ran every iteration: its minimum is the team's
         xl_team_mode[threadIdx.x] = XL_MODE_AFTER_BLOCK;
-        if (__syncthreads_or(first.e.code != 0)) xl_block_err_merge(first);
+        if (__syncthreads_or(first.e.code != 0)) first = xl_block_err_min(first);
         xl_lane_err_set(err, key, first);
         return;
     }
@@ -1218,25 +1250,10 @@ XL_DEVICE void xl_team_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
         for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) xl_cluster_or(&xl_cluster_failed[k % 3u], b, 1u << rank);
     xl_cluster_sync();
     const uint32_t blocks = xl_cluster_failed[k % 3u];  // the same in every block
-    if (blocks) {
-        if (blocks >> rank & 1u) {
-            xl_block_err_merge(first);
-            if (threadIdx.x == 0) xl_cluster_block_err = first;
-        }
-        xl_cluster_sync();
-        for (uint32_t b = 0; b < XL_TEAM_BLOCKS; ++b) {
-            if (!(blocks >> b & 1u)) continue;
-            XlLaneErr other;
-            for (uint32_t w = 0; w < sizeof(XlLaneErr) / 4; ++w)
-                reinterpret_cast<uint32_t*>(&other)[w] =
-                    xl_cluster_load(reinterpret_cast<const uint32_t*>(&xl_cluster_block_err) + w, b);
-            if (other.at < first.at) first = other;
-        }
-        xl_cluster_sync();  // (every block has read the others' minima)
-    }
+    if (blocks) first = xl_team_err_min(first, blocks);
 #elif XL_ON_GPU && XL_TEAM_WARPS > 1
     if (!__syncthreads_or(first.e.code != 0)) return;
-    xl_block_err_merge(first);
+    first = xl_block_err_min(first);
 #else
 #if XL_ON_GPU
     __syncwarp();
