@@ -13,7 +13,6 @@ Runtime errors must come out exactly as in the simulator (docs/semantics.md):
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 
 from . import cpp_ops, grouping, names, ranges
@@ -266,13 +265,9 @@ class CppEmitter:
         if s.target.kind == ir.SHARED and self.in_collective:
             return self._shadow_write(s, "xl_shadow_put(xw, {word}, xl_word_bits(xl_v));", depth)
         pad = IND * depth
-        elem = s.target.type.elem if s.index is not None else s.target.type
-        value = self.statement_expr(s.value, s.loc.line)  # the value first, then the index: as in Python
-        target = self.expr(s.target)
-        index = None
+        elem, value, target, index = self._store_operands(s)
         level = self.raises(s.value)
         if s.index is not None:
-            index = self._index(s, 0, self.expr(s.index), s.target.type.length, self.array_site(s.target), s.checked)
             level = max(level, self._check(s, 0, s.checked), self.raises(s.index))
         if level == NEVER:
             lhs = f"{target}[{index}]" if index is not None else target
@@ -283,6 +278,17 @@ class CppEmitter:
         lines += self._bail_if(level, pad + IND)
         lines.append(f"{pad}{IND}{self._store(s.target, target + ('[xl_i]' if index is not None else ''), 'xl_v')}")
         return lines + [f"{pad}}}"]
+
+    def _store_operands(self, s: ir.Assign) -> tuple[ir.Type, str, str, str | None]:
+        """A field store's element type, value, target and index (None: no index), emitted in
+        that order: the value first, then the index, as in Python."""
+        elem = s.target.type.elem if s.index is not None else s.target.type
+        value = self.statement_expr(s.value, s.loc.line)
+        target = self.expr(s.target)
+        index = None
+        if s.index is not None:
+            index = self._index(s, 0, self.expr(s.index), s.target.type.length, self.array_site(s.target), s.checked)
+        return elem, value, target, index
 
     def _plain_store(self, s) -> bool:
         """An ordinary stage's store of a request field that cannot fail and calls nothing: one of a
@@ -297,29 +303,28 @@ class CppEmitter:
         earlier one writes joined into one run: all their values can be computed first, and one
         thread stores them between a single pair of barriers (XL_WARP_STORES), not a pair each."""
         out: list[list] = []
-        written: set[str] = set()
+        current: list | None = None  # the run of plain stores a next one may join
+        written: set[str] = set()  # the fields it writes
         for run in runs:
             s = run[0]
-            if len(run) == 1 and self._plain_store(s):
-                joins = out and isinstance(out[-1][-1], ir.Assign) and self._plain_store(out[-1][-1])
-                if joins and not (ir.state_access((s.value, s.index))[0] & written):
-                    out[-1].append(s)
-                    written.add(s.target.name)
-                    continue
-                written = {s.target.name}
-            out.append(list(run))
+            if len(run) > 1 or not self._plain_store(s):
+                current = None
+                out.append(list(run))
+            elif current is not None and not (ir.state_access((s.value, s.index))[0] & written):
+                current.append(s)
+                written.add(s.target.name)
+            else:
+                current, written = [s], {s.target.name}
+                out.append(current)
         return out
 
     def _store_run(self, run: list[ir.Assign], depth: int) -> list[str]:
         pad = IND * depth
         lines, puts = [f"{pad}{{"], []
         for n, s in enumerate(run):
-            elem = s.target.type.elem if s.index is not None else s.target.type
-            value = self.statement_expr(s.value, s.loc.line)
+            elem, value, lhs, index = self._store_operands(s)
             lines.append(f"{pad}{IND}const {cpp_ops.value_type(elem)} xl_v{n} = {value};")
-            lhs = self.expr(s.target)
-            if s.index is not None:
-                index = self._index(s, 0, self.expr(s.index), s.target.type.length, self.array_site(s.target), s.checked)
+            if index is not None:
                 lines.append(f"{pad}{IND}const int32_t xl_i{n} = {index};")
                 lhs += f"[xl_i{n}]"
             puts.append(f"XL_RUN_PUT({lhs}, xl_v{n})")
