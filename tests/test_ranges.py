@@ -72,6 +72,49 @@ def test_both_copies_raise_what_the_simulator_raises(n):
     assert bool(errors) == (n * 4 > 32)  # past the arrays: an INDEX error, as in every backend
 
 
+# A loop like the real pair's attention scores: `e % ctx` of a range whose length the stage does
+# not know, reading a table of 16 entries through `s / 4`. K = 32 (att's length) proves the
+# table's index, and so does every bound up to 64 (s <= 63, s / 4 <= 15): the fast path takes
+# ranges up to 64 long, not only up to the array's 32.
+SCORES = """pipeline scores
+request {
+    rows: i32
+    ctx: i32
+    table: i32[16]
+    att: i32[32]
+    done_: bool
+}
+stage score when !done_ {
+    let c = ctx
+    lanes for e in 0..rows * c {
+        let s = e % c
+        let v = table[s / 4]
+        if e < 32 {
+            att[e] = v
+        }
+    }
+    done_ = true
+}
+trace score: att
+done when done_
+"""
+
+
+def test_the_fast_path_takes_the_largest_range_that_proves_the_same_checks():
+    code = kernel(SCORES)
+    assert "xl_lo >= 0 && xl_hi <= 64," in code
+    assert re.search(r"r\.table\[xl_idx_v\(xl_chk, err, \d+, \d+, xl_div_nz\(s, 4\)", code)
+
+
+@pytest.mark.parametrize("rows, ctx", [(1, 64), (2, 32), (1, 65), (3, 22), (16, 4)])
+def test_at_the_fast_limit_and_past_it_both_copies_raise_what_the_simulator_raises(rows, ctx):
+    # (1, 64), (2, 32), (16, 4): 64 iterations, the fast copy, s <= 63; (1, 65): the checked copy,
+    # table[16] fails; (3, 22): 66 iterations, the checked copy, s <= 21, nothing fails
+    result = run_both(SCORES, [{"rows": rows, "ctx": ctx, "table": list(range(16))}])
+    errors = [r for r in result.records if int(r[2]) == sim.KIND_ERROR]
+    assert bool(errors) == (ctx > 64)
+
+
 def test_an_empty_interval_proves_no_division():
     """Under `i > 7` in a loop over 0..8 the interval of i is empty; `i - 8` is then (0, -1), which
     once passed for a non-zero divisor and divided by 0 in the analysis (fuzz seed 1031071)."""

@@ -466,6 +466,7 @@ class CppEmitter:
         lines = [f"{pad}{{", *self._lane_bounds(s, depth + 1)]
         store = "XL_ITER_STORE" if s.by_warp else "XL_LANE_STORE"  # by_warp: a warp runs each iteration
         bound = self.proofs.fast_bound.get(id(s))
+        limit = self.proofs.fast_limit.get(id(s))  # the fast path's test: hi <= limit (ranges.py)
         self.fast = bound is not None
         try:
             body = self._lane_body(lambda: self.block(s.body, depth + 2), store)
@@ -494,15 +495,15 @@ class CppEmitter:
             entry_sync = "true" if entry else "false"
             split = group is not None or tiles.k is not None
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
-            fast = f"xl_lo >= 0 && xl_hi <= {bound}" if bound is not None else ("xl_lo >= 0" if split else "true")
+            fast = f"xl_lo >= 0 && xl_hi <= {limit}" if bound is not None else ("xl_lo >= 0" if split else "true")
             extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
                          f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
         elif bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
-        else:  # versioned: the checks ranges.py proved for a range within 0..bound-1 go on the fast path
-            lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {bound}, "
+        else:  # versioned: the checks ranges.py proved for a range within 0..limit-1 go on the fast path
+            lines.append(f"{pad}{IND}xl_lanes_v<{by_warp}>(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= {limit}, "
                          f"[&](auto xl_chk, int32_t {v}, XlErr& err) {{")
         lines += body
         after = f"{pad}{IND}}}"  # closes the body's lambda; then the tiles' lambdas (or XlNone)

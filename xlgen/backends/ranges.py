@@ -31,11 +31,14 @@ ALWAYS, IN_FAST_PATH = "always", "fast"
 class Proofs:
     """What the analysis proved, keyed by the IR node's id: `checks[(id(node), k)]` for index
     k of a Load/Assign (k = 0), TensorLoad, PoolLoad or PoolStore, or "div" for an integer
-    division or remainder whose divisor cannot be 0; `fast_bound[id(lanes)]` = K. (The ids stay
-    unique: the program holds its nodes while its code is emitted.)"""
+    division or remainder whose divisor cannot be 0; `fast_bound[id(lanes)]` = K, the length that
+    proves them (a size for the loop's tiles: emit_cpp), and `fast_limit[id(lanes)]` >= K, the
+    largest bound that proves the same checks (the fast path's test). (The ids stay unique: the
+    program holds its nodes while its code is emitted.)"""
 
     checks: dict = field(default_factory=dict)
     fast_bound: dict = field(default_factory=dict)
+    fast_limit: dict = field(default_factory=dict)
 
     def proof(self, node, k) -> str | None:
         return self.checks.get((id(node), k))
@@ -53,11 +56,13 @@ def _trunc_div(a: int, b: int) -> int:
 class _Walk:
     """One pass over a body: intervals of i32 locals, and the checks they prove."""
 
-    def __init__(self, mutable: set[str], mode: str, out: dict, fast_bound: dict | None):
+    def __init__(self, mutable: set[str], mode: str, out: dict, fast_bound: dict | None,
+                 fast_limit: dict | None = None):
         self.mutable = mutable  # locals assigned somewhere: no interval
         self.mode = mode
         self.out = out
         self.fast_bound = fast_bound  # None: nested lanes loops are not versioned in this pass
+        self.fast_limit = fast_limit
         self.failed: set = set()
 
     def prove(self, node, k, iv, length):
@@ -283,22 +288,38 @@ class _Walk:
         self.block(s.body, inner)
         if self.fast_bound is None or self.mode != ALWAYS:
             return
-        # The fast path: the candidate bound that proves the most checks the plain pass did not.
-        best, best_count = None, 0
-        for k in sorted(_candidate_bounds(s.body), reverse=True):
-            if var[0] >= 0 and var[1] < k:
-                continue  # already known: nothing more to prove
+        # The fast path: the candidate bound that proves the most checks the plain pass did not,
+        # then as large a bound as proves the same checks (a bound is a range the fast path
+        # takes: the scores loop of stages/byte_pass.xl, `0..cnt * H * ctx` reading
+        # `kv_pages[e % ctx / PAGE_T]` of 256 entries, gets 4096 rather than the 1152 of an
+        # array it reads, and a prefill chunk of 9 positions keeps it up to 113 positions).
+        def trial_for(k):
             trial: dict = {}
             walk = _Walk(self.mutable, IN_FAST_PATH, trial, None)
             walk.block(s.body, self._inside(s, env, (max(var[0], 0), min(var[1], k - 1))))
-            gained = sum(1 for key in trial if key not in self.out)
-            if gained > best_count:
-                best, best_count = k, gained
-                best_trial = trial
-        if best is not None:
-            self.fast_bound[id(s)] = best
-            for key, mode in best_trial.items():
-                self.out.setdefault(key, mode)
+            return {key: mode for key, mode in trial.items() if key not in self.out}
+
+        best, best_trial = None, {}
+        for k in sorted(_candidate_bounds(s.body), reverse=True):
+            if var[0] >= 0 and var[1] < k:
+                continue  # already known: nothing more to prove
+            trial = trial_for(k)
+            if len(trial) > len(best_trial):
+                best, best_trial = k, trial
+        if best is None:
+            return
+        # Fewer checks hold as the bound grows: the largest bound with the same count, by bisection.
+        lo, hi = best, I32_MAX
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(trial_for(mid)) == len(best_trial):
+                lo = mid
+            else:
+                hi = mid - 1
+        self.fast_bound[id(s)] = best
+        self.fast_limit[id(s)] = lo
+        for key, mode in best_trial.items():
+            self.out.setdefault(key, mode)
 
 
 _NONZERO = "\0nonzero:"  # env[_NONZERO + name]: the local `name` is not 0 here (_Walk._inside)
@@ -364,7 +385,7 @@ def _assigned_locals(body) -> set[str]:
 def analyse(body) -> Proofs:
     """The proofs for one stage's or function's body (a function's parameters: unknown)."""
     proofs = Proofs()
-    walk = _Walk(_assigned_locals(body), ALWAYS, proofs.checks, proofs.fast_bound)
+    walk = _Walk(_assigned_locals(body), ALWAYS, proofs.checks, proofs.fast_bound, proofs.fast_limit)
     walk.block(body, {})
     return proofs
 
