@@ -227,16 +227,18 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
 
 
 def mega_variants(binding: rp.Binding, blocks: list[int], policies: tuple[str, ...] = POLICIES,
-                  costs: dict[int, float] | None = None, catchup: float | None = None) -> list[tuple[str, dict]]:
+                  costs: dict[int, float] | None = None, catchup: float | None = None,
+                  prior: float | None = None) -> list[tuple[str, dict]]:
     """(name, launch parameters) of every mega-kernel variant of `policies` (the binding names the
     parameters); the cost policy with `costs` (block size -> cost of a step; None: the pipeline's
-    defaults) and `catchup` (the draft's cost to catch up a position; None: the default). Plain
-    greedy always comes first: it is every other variant's reference."""
+    defaults), `catchup` (the draft's cost to catch up a position) and `prior` (the draft's
+    acceptance, where each request's estimate starts; None: the defaults). Plain greedy always
+    comes first: it is every other variant's reference."""
     out = [("mega plain", binding.params("plain"))]
     if "asbs" in policies:
         out.append(("mega ASBS", binding.params("speculative")))
     if "cost" in policies:
-        out.append(("mega cost", {**binding.params("cost"), **binding.cost_params(costs or {}, catchup)}))
+        out.append(("mega cost", {**binding.params("cost"), **binding.cost_params(costs or {}, catchup, prior)}))
     if "fixed" in policies:
         out += [(f"mega B={b}", binding.params("fixed", b)) for b in blocks]
     return out
@@ -260,9 +262,16 @@ def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, ba
     launch of block 1 spends outside its rounds, less what plain greedy's does (each launch's time
     at lengths[0] less its rounds at their cost), is the draft's pass over the prompt, which the
     requests make side by side: per position of the longest prompt but one. 0 where noise makes
-    it negative."""
+    it negative.
+
+    And the draft's acceptance (accept), where the cost policy's estimate of it starts for each
+    request (the binding's accept_prior): accepted / drafted tokens of the block-1 launch with
+    lengths[1] new tokens, where every step drafts one token, so the share accepted is the
+    probability the policy's model of a block takes (asbs.xl, expected_commit). Without it a
+    request starts from the ASBS seeds' 0.8, and where the draft agrees less a batch speculates at
+    a loss until its estimates fall (docs/benchmarks.md)."""
     group = [prompts[i % len(prompts)] for i in range(batch)]
-    costs, points = {}, {}
+    costs, points, accept = {}, {}, None
     for b in sorted(binding.block_costs):
         params = rp.launch_params(module, weights, binding.params("plain") if b == 0 else binding.params("fixed", b))
         measured = []
@@ -271,6 +280,10 @@ def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, ba
             runner(params, inputs, batch)  # warm-up
             timed = [runner(params, inputs, batch) for _ in range(repeats)]
             measured.append((min(t.wall_ms for t in timed), int(timed[0].result.rounds)))
+        if b == 1 and binding.accepted_total and binding.proposed_total:
+            requests = timed[0].result.requests  # (the lengths[1] launch)
+            drafted = sum(int(v) for v in requests[binding.proposed_total])
+            accept = sum(int(v) for v in requests[binding.accepted_total]) / drafted if drafted else None
         (t1, r1), (t2, r2) = measured
         if r2 <= r1 or t2 <= t1:
             raise rp.RealPairError(f"calibration at batch {batch}, block {b}: {lengths[1]} new tokens took {t2:.3f} ms "
@@ -281,14 +294,16 @@ def calibrate(runner: MegaRunner, module, weights: dict, binding: rp.Binding, ba
     outside = {b: points[b][0][0] * 1e3 - points[b][0][1] * costs[b] for b in (0, 1) if b in points}
     longest = max(len(p.data) for p in group)
     catchup = max(outside[1] - outside[0], 0.0) / max(longest - 1, 1) if len(outside) == 2 else None
-    return {"batch": batch, "costs_us": costs, "catchup_us": catchup, "points_ms_rounds": points,
+    return {"batch": batch, "costs_us": costs, "catchup_us": catchup, "accept": accept, "points_ms_rounds": points,
             "lengths": list(lengths), "prompts": [p.name for p in group]}
 
 
-def load_costs(path: Path, batches: list[int]) -> tuple[dict[int, dict[int, float]], dict[int, float]]:
+def load_costs(path: Path, batches: list[int]) -> tuple[dict[int, dict[int, float]], dict[int, float],
+                                                       dict[int, float]]:
     """Costs per batch size from a JSON file: {"costs": {batch: {block: cost}}} (real_bench.json or
-    costs.json of an earlier run) or the mapping itself; and the draft's catch-up per batch size
-    where the file has it ({"catchup": {batch: cost}}; else the pipeline's default)."""
+    costs.json of an earlier run) or the mapping itself; and the draft's catch-up and acceptance
+    per batch size where the file has them ({"catchup": {batch: cost}, "accept": {batch: share}};
+    else the pipeline's defaults)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -302,17 +317,22 @@ def load_costs(path: Path, batches: list[int]) -> tuple[dict[int, dict[int, floa
     if missing:
         raise rp.RealPairError(f"--costs {path}: no costs for batch {', '.join(map(str, missing))} "
                                f"(it has {', '.join(map(str, sorted(out))) or 'none'})")
-    catchup = doc.get("catchup", {}) if isinstance(doc, dict) and "costs" in doc else {}
-    try:
-        return out, {int(batch): float(c) for batch, c in catchup.items() if c is not None}
-    except (AttributeError, TypeError, ValueError):
-        raise rp.RealPairError(f"--costs {path}: expected {{\"catchup\": {{batch: cost}}}}") from None
+    extra = []
+    for key in ("catchup", "accept"):
+        table = doc.get(key, {}) if isinstance(doc, dict) and "costs" in doc else {}
+        try:
+            extra.append({int(batch): float(c) for batch, c in table.items() if c is not None})
+        except (AttributeError, TypeError, ValueError):
+            raise rp.RealPairError(f"--costs {path}: expected {{\"{key}\": {{batch: number}}}}") from None
+    return out, extra[0], extra[1]
 
 
-def cost_line(batch: int, costs: dict[int, float], binding: rp.Binding, catchup: float | None = None) -> str:
-    params = " ".join(f"--param {n}={v:.1f}" for n, v in binding.cost_params(costs, catchup).items())
+def cost_line(batch: int, costs: dict[int, float], binding: rp.Binding, catchup: float | None = None,
+              prior: float | None = None) -> str:
+    params = " ".join(f"--param {n}={v:.4g}" for n, v in binding.cost_params(costs, catchup, prior).items())
     return (f"batch {batch:<2} costs (us per step): " + ", ".join(f"B={b} {c:,.1f}" for b, c in sorted(costs.items()))
             + (f"; the draft's catch-up {catchup:.2f} per position" if catchup is not None else "")
+            + (f"; its acceptance {prior:.3f}" if prior is not None else "")
             + f"\n  as launch parameters: {params}")
 
 
@@ -623,26 +643,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def batch_costs(args, runner: MegaRunner, module, weights: dict, binding: rp.Binding, batch: int,
-                cost_table: tuple[dict, dict] | None, report: dict) -> tuple[dict[int, float] | None, float | None]:
-    """The cost policy's costs at `batch` and the draft's cost to catch up a position (None: the
-    pipeline's defaults), as --costs says; noted in the report and printed with their launch
-    parameters."""
+                cost_table: tuple[dict, dict, dict] | None,
+                report: dict) -> tuple[dict[int, float] | None, float | None, float | None]:
+    """The cost policy's costs at `batch`, the draft's cost to catch up a position and its
+    acceptance (None: the pipeline's defaults), as --costs says; noted in the report and printed
+    with their launch parameters."""
     if "cost" not in args.policies and not args.calibrate_only:
-        return None, None
+        return None, None, None
     if args.costs == "defaults" and not args.calibrate_only:
-        return None, None
+        return None, None, None
     if cost_table is not None:
-        costs, catchup = cost_table[0][batch], cost_table[1].get(batch)
+        costs, catchup, prior = cost_table[0][batch], cost_table[1].get(batch), cost_table[2].get(batch)
     else:
         cal = calibrate(runner, module, weights, binding, batch, rp.load_prompts(), args.calibrate_repeats)
         cal["team_warps"] = runner.chosen
         report["calibration"].append(cal)
-        costs, catchup = cal["costs_us"], cal["catchup_us"]
+        costs, catchup, prior = cal["costs_us"], cal["catchup_us"], cal["accept"]
     report["costs"][str(batch)] = {str(b): c for b, c in costs.items()}
-    if catchup is not None:
-        report["catchup"][str(batch)] = catchup
-    print(cost_line(batch, costs, binding, catchup), flush=True)
-    return costs, catchup
+    for key, value in (("catchup", catchup), ("accept", prior)):
+        if value is not None:
+            report[key][str(batch)] = value
+    print(cost_line(batch, costs, binding, catchup, prior), flush=True)
+    return costs, catchup, prior
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -677,7 +699,7 @@ def run(args: argparse.Namespace) -> dict:
     rows: list[Row] = []
     plain: list[list[int]] | None = None
     report.update(costs_source=args.costs if "cost" in args.policies or args.calibrate_only else None, costs={},
-                  catchup={}, calibration=[])
+                  catchup={}, accept={}, calibration=[])
     cost_table = load_costs(Path(args.costs), args.batches) if args.costs not in ("calibrate", "defaults") else None
     for mode in modes:
         if args.backend == "gpu":
@@ -692,10 +714,10 @@ def run(args: argparse.Namespace) -> dict:
                    1)
             report["first_launch_s"][f"team {team or 'chosen'} mode {mode or 'default'}"] = time.perf_counter() - t0
             for batch in args.batches:
-                costs, catchup = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
+                costs, catchup, prior = batch_costs(args, runner, module, weights, binding, batch, cost_table, report)
                 if args.calibrate_only:
                     continue
-                for variant, params in mega_variants(binding, args.blocks, args.policies, costs, catchup):
+                for variant, params in mega_variants(binding, args.blocks, args.policies, costs, catchup, prior):
                     row, answers = bench_mega(runner, variant, rp.launch_params(module, weights, params), prompts,
                                               args.n, batch, args.repeats, plain, binding)
                     row.request_mode = mode
@@ -717,7 +739,7 @@ def run(args: argparse.Namespace) -> dict:
                     print(line(row), flush=True)
     if args.calibrate_only:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "costs.json").write_text(json.dumps({k: report[k] for k in ("device", "costs", "catchup", "calibration")},
+        (args.out / "costs.json").write_text(json.dumps({k: report[k] for k in ("device", "costs", "catchup", "accept", "calibration")},
                                                         indent=1) + "\n")
         return report
     if not args.no_torch:

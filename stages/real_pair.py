@@ -94,9 +94,11 @@ class Binding:
     block: str  # traced at verify_stage: the block size chosen
     proposed: str | None = None  # traced at verify_stage (when it is): drafted tokens of the step
     proposed_total: str | None = None  # request field: drafted tokens in all
+    accepted_total: str | None = None  # request field: accepted drafted tokens in all
     cost: dict = field(default_factory=dict)  # launch parameters of the cost policy (none: no such policy)
     block_costs: dict = field(default_factory=dict)  # block size -> the launch parameter of a step's cost at it
     catchup_param: str | None = None  # the launch parameter of the draft's cost to catch up a position
+    prior_param: str | None = None  # the launch parameter of a new request's acceptance estimate (its EMA's start)
     pool_param: str | None = None  # the launch parameter of the KV pool's size, in pages
     pool_page_size: int = 16  # tokens per page of that pool
 
@@ -114,9 +116,11 @@ class Binding:
         raise ValueError(f"mode {mode!r} (block {block}): plain, speculative, cost (when the binding has it), or "
                          "fixed with a block >= 1")
 
-    def cost_params(self, costs: dict[int, float], catchup: float | None = None) -> dict:
-        """The cost policy's launch parameters for `costs` (block size -> cost of a step) and
-        `catchup` (the draft's cost to catch up a position; None: the pipeline's default)."""
+    def cost_params(self, costs: dict[int, float], catchup: float | None = None,
+                    prior: float | None = None) -> dict:
+        """The cost policy's launch parameters for `costs` (block size -> cost of a step),
+        `catchup` (the draft's cost to catch up a position) and `prior` (the draft's acceptance,
+        where a request's estimate starts; None: the pipeline's defaults)."""
         unknown = sorted(set(costs) - set(self.block_costs))
         if unknown:
             raise RealPairError(f"costs for block sizes {unknown}: the binding's cost policy takes "
@@ -124,6 +128,8 @@ class Binding:
         out = {self.block_costs[b]: float(c) for b, c in costs.items()}
         if catchup is not None and self.catchup_param:
             out[self.catchup_param] = float(catchup)
+        if prior is not None and self.prior_param:
+            out[self.prior_param] = float(prior)
         return out
 
     def pipeline_path(self) -> Path:
@@ -142,9 +148,10 @@ def parse_binding(doc: dict, source: str = "the binding") -> Binding:
                        speculative=dict(launch["speculative"]), block_param=str(launch["block_param"]),
                        verify_stage=str(verify["stage"]), accepted=str(verify["accepted"]),
                        block=str(verify["block"]), proposed=verify.get("proposed"),
-                       proposed_total=verify.get("proposed_total"), cost=dict(launch.get("cost", {})),
+                       proposed_total=verify.get("proposed_total"), accepted_total=verify.get("accepted_total"),
+                       cost=dict(launch.get("cost", {})),
                        block_costs={int(b): str(n) for b, n in launch.get("block_costs", {}).items()},
-                       catchup_param=launch.get("catchup_cost"),
+                       catchup_param=launch.get("catchup_cost"), prior_param=launch.get("accept_prior"),
                        pool_param=launch.get("pool", {}).get("param"),
                        pool_page_size=int(launch.get("pool", {}).get("tokens_per_page", 16)))
     except (KeyError, TypeError, ValueError) as exc:
@@ -169,7 +176,8 @@ def check_binding(program, binding: Binding) -> None:
     problems = [f"request field '{n}'" for n in (binding.tokens, binding.length, binding.new_tokens) if n not in fields]
     launch = {**binding.every, **binding.plain, **binding.speculative, binding.block_param: 1, **binding.cost,
               **{name: 1 for name in binding.block_costs.values()}, **({binding.pool_param: 1} if binding.pool_param else {}),
-              **({binding.catchup_param: 1} if binding.catchup_param else {})}
+              **({binding.catchup_param: 1} if binding.catchup_param else {}),
+              **({binding.prior_param: 1} if binding.prior_param else {})}
     problems += [f"launch parameter '{n}'" for n in launch if n not in params]
     trace = next((t for t in program.traces if t.stage == binding.verify_stage), None)
     if trace is None:

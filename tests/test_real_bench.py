@@ -86,6 +86,9 @@ def test_variants():
     assert cost["mega cost"] == {"eos_token": -1, "pool_pages": 512, "speculate": True, "fixed_block": 0,
                                  "block_policy": "COST", "cost_b0": 1.0, "cost_b1": 2.5, "cost_b2": 3.0,
                                  "cost_b4": 4.0, "cost_b8": 6.5}
+    # the calibrated catch-up and acceptance: where a request's estimate of the draft starts
+    cost = dict(rb.mega_variants(rp.load_binding(), [], ("cost",), {0: 1.0}, 2.0, 0.64))["mega cost"]
+    assert (cost["cost_catchup"], cost["asbs_ema_init"]) == (2.0, 0.64)
     with pytest.raises(rp.RealPairError, match=r"block sizes \[3\]"):
         rb.mega_variants(rp.load_binding(), [], ("cost",), {3: 1.0})
     assert dict(rb.mega_variants(rp.load_binding(), [2]))["mega B=2"] == {"eos_token": -1, "pool_pages": 512, "speculate": True,
@@ -285,9 +288,11 @@ def test_a_prompts_file_without_recorded_tokens(tmp_path):
 
 class _Clock:
     """A runner whose launches take 5 ms + rounds x the block's cost (µs), and with a block, the
-    draft's catch-up over the longest prompt but one position: calibration must recover both."""
+    draft's catch-up over the longest prompt but one position, and whose drafts are accepted 3
+    times in 4: calibration must recover all three."""
     COST_US = {0: 400.0, 1: 900.0, 2: 1300.0, 4: 2000.0, 8: 3200.0}
     CATCHUP_US = 4.0
+    ACCEPT = 0.75
 
     team_warps = 1
 
@@ -298,7 +303,10 @@ class _Clock:
         n = inputs[0]["max_new_tokens"]
         rounds = 1 + -(-n // (block + 1))
         catchup = self.CATCHUP_US * (max(int(i["prompt_len"]) for i in inputs) - 1) if block else 0.0
-        return rb.Launch(SimpleNamespace(rounds=rounds), 5.0 + (catchup + rounds * self.COST_US[block]) / 1e3, 0.0, None)
+        drafted = [4 * n * block] * len(inputs)
+        requests = {"total_proposed": drafted, "total_accepted": [int(d * self.ACCEPT) for d in drafted]}
+        return rb.Launch(SimpleNamespace(rounds=rounds, requests=requests),
+                         5.0 + (catchup + rounds * self.COST_US[block]) / 1e3, 0.0, None)
 
 
 def test_calibration_recovers_the_cost_of_a_step_per_block_size_and_of_the_catch_up():
@@ -306,9 +314,11 @@ def test_calibration_recovers_the_cost_of_a_step_per_block_size_and_of_the_catch
     cal = rb.calibrate(_Clock(), FAKE_MODULE(), None, rp.load_binding(), 3, prompts, 2)
     assert cal["costs_us"] == pytest.approx(_Clock.COST_US)
     assert cal["catchup_us"] == pytest.approx(_Clock.CATCHUP_US)
+    assert cal["accept"] == _Clock.ACCEPT  # (from the block-1 launch)
     assert cal["prompts"] == ["code_class", "code_imports", "code_class"] and cal["lengths"] == [16, 80]
-    line = rb.cost_line(3, cal["costs_us"], rp.load_binding(), cal["catchup_us"])
-    assert "B=0 400.0" in line and "--param cost_b8=3200.0" in line and "--param cost_catchup=4.0" in line
+    line = rb.cost_line(3, cal["costs_us"], rp.load_binding(), cal["catchup_us"], cal["accept"])
+    assert "B=0 400.0" in line and "--param cost_b8=3200" in line and "--param cost_catchup=4" in line
+    assert "its acceptance 0.750" in line and "--param asbs_ema_init=0.75" in line
 
 
 def FAKE_MODULE():
@@ -320,11 +330,11 @@ def FAKE_MODULE():
 def test_costs_from_a_file(tmp_path):
     f = tmp_path / "costs.json"
     f.write_text(json.dumps({"device": "x", "costs": {"1": {"0": 1.0, "8": 2.0}, "8": {"0": 3.0}}}))
-    assert rb.load_costs(f, [1, 8]) == ({1: {0: 1.0, 8: 2.0}, 8: {0: 3.0}}, {})
+    assert rb.load_costs(f, [1, 8]) == ({1: {0: 1.0, 8: 2.0}, 8: {0: 3.0}}, {}, {})
     with pytest.raises(rp.RealPairError, match="no costs for batch 32"):
         rb.load_costs(f, [1, 32])
-    f.write_text(json.dumps({"costs": {"1": {"0": 1.0}}, "catchup": {"1": 2.5, "8": None}}))
-    assert rb.load_costs(f, [1]) == ({1: {0: 1.0}}, {1: 2.5})  # (None: noise made it negative)
+    f.write_text(json.dumps({"costs": {"1": {"0": 1.0}}, "catchup": {"1": 2.5, "8": None}, "accept": {"1": 0.7}}))
+    assert rb.load_costs(f, [1]) == ({1: {0: 1.0}}, {1: 2.5}, {1: 0.7})  # (None: noise made it negative)
     f.write_text("[1]")
     with pytest.raises(rp.RealPairError, match="expected"):
         rb.load_costs(f, [1])
