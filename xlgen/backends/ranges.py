@@ -290,9 +290,8 @@ class _Walk:
             return
         # The fast path: the candidate bound that proves the most checks the plain pass did not,
         # then as large a bound as proves the same checks (a bound is a range the fast path
-        # takes: the scores loop of stages/byte_pass.xl, `0..cnt * H * ctx` reading
-        # `kv_pages[e % ctx / PAGE_T]` of 256 entries, gets 4096 rather than the 1152 of an
-        # array it reads, and a prefill chunk of 9 positions keeps it up to 113 positions).
+        # takes: a loop `0..n * ctx` reading `table[e % ctx / 16]` of 256 entries gets 4096
+        # rather than the length of an array it reads: docs/gpu.md).
         def trial_for(k):
             trial: dict = {}
             walk = _Walk(self.mutable, IN_FAST_PATH, trial, None)
