@@ -1761,6 +1761,11 @@ XL_DEVICE auto xl_shared_part(X& x, int32_t j, bool& failed) {
     }
 }
 
+// How far a lane's elements of a rows tile are unrolled (R rows' loads each; an A/B switch): by 2
+// the real pair's plain greedy was 5.8% slower at batch 1 (H200, docs/benchmarks.md).
+#ifndef XL_ROWS_UNROLL
+#define XL_ROWS_UNROLL 4
+#endif
 template <typename T, int R, bool Check, typename X, typename Elem>
 XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>& out, X x, Elem elem) {
 #if XL_ON_GPU
@@ -1768,7 +1773,7 @@ XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlR
     bool failed = false;
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = xl_sum_identity<T>();
-#pragma unroll 4
+    XL_PRAGMA(unroll XL_ROWS_UNROLL)
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
         const auto xj = xl_shared_part<Check>(x, (int32_t)j, failed);
 #pragma unroll
