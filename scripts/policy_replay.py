@@ -26,27 +26,23 @@ import sys
 import time
 from pathlib import Path
 
-from xlgen.companion import load as load_companion
-from xlgen.core.resources import data_dir
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_bench as rb  # noqa: E402  (its costs files and variants: the same launches real_bench runs)
 
-rp = load_companion(data_dir("stages") / "byte_spec_tools.py").beside("real_pair")
+rp = rb.rp
 BLOCKS = (0, 1, 2, 4, 8)
+VARIANTS = {"plain": "mega plain", "asbs": "mega ASBS", "cost": "mega cost"}  # --policies name -> real_bench's
 
 
-def variant_params(binding, name: str, cal: dict, batch: int) -> dict:
-    """A variant's launch parameters: plain, asbs, cost (the calibration's costs, catch-up and
-    prior at `batch`) or B=k."""
-    if name == "plain":
-        return binding.params("plain")
-    if name == "asbs":
-        return binding.params("speculative")
-    if name == "cost":
-        costs = {int(b): float(c) for b, c in cal["costs"][str(batch)].items()}
-        extra = {key: cal.get(key, {}).get(str(batch)) for key in ("catchup", "accept")}
-        return {**binding.params("cost"), **binding.cost_params(costs, extra["catchup"], extra["accept"])}
-    if name.startswith("B=") and name[2:].isdigit() and int(name[2:]) > 0:
-        return binding.params("fixed", int(name[2:]))
-    raise SystemExit(f"policy_replay: variant {name!r}: plain, asbs, cost or B=k (k >= 1)")
+def variant_params(binding, names: list[str], costs: dict, catchup, prior) -> list[tuple[str, dict]]:
+    """Each variant's launch parameters, as real_bench.mega_variants gives them: plain, asbs, cost (the
+    calibration's costs, catch-up and prior) or B=k."""
+    blocks = [int(name[2:]) for name in names if name.startswith("B=") and name[2:].isdigit() and int(name[2:]) > 0]
+    for name in names:
+        if name not in VARIANTS and name not in (f"B={b}" for b in blocks):
+            raise SystemExit(f"policy_replay: variant {name!r}: plain, asbs, cost or B=k (k >= 1)")
+    table = dict(rb.mega_variants(binding, blocks, rb.POLICIES, costs, catchup, prior))
+    return [(name, table[VARIANTS.get(name, f"mega {name}")]) for name in names]
 
 
 def modelled(program, module, result, costs: dict[int, float], catchup: float, binding) -> dict:
@@ -88,11 +84,10 @@ def main(argv=None) -> int:
     from xlgen.runtime.sim import LaunchConfig
 
     try:
-        cal = json.loads(args.costs.read_text())
-        costs = {int(b): float(c) for b, c in cal["costs"][str(args.batch)].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SystemExit(f"policy_replay: {args.costs}: no costs at batch {args.batch} ({exc})") from None
-    catchup = float(cal.get("catchup", {}).get(str(args.batch)) or 0.0)
+        tables = rb.load_costs(args.costs, [args.batch])
+    except rp.RealPairError as exc:
+        raise SystemExit(f"policy_replay: {exc}") from None
+    costs, catchup, prior = (table.get(args.batch) for table in tables)
     overrides = {}
     for item in args.param:
         name, sep, value = item.partition("=")
@@ -110,12 +105,12 @@ def main(argv=None) -> int:
     module = compiled.sim_module()
     weights = rp.load_weights()
     rows = []
-    for name in args.policies.split(","):
-        params = rp.launch_params(module, weights, {**variant_params(binding, name, cal, args.batch), **overrides})
+    for name, variant in variant_params(binding, args.policies.split(","), costs, catchup, prior):
+        params = rp.launch_params(module, weights, {**variant, **overrides})
         t0 = time.perf_counter()
         result = cpu.run(compiled, params, inputs, LaunchConfig(max_active=args.batch))
-        row = {"variant": name, "batch": args.batch, **modelled(compiled.program, module, result, costs, catchup, binding),
-               "cpu_s": time.perf_counter() - t0}
+        row = {"variant": name, "batch": args.batch,
+               **modelled(compiled.program, module, result, costs, catchup or 0.0, binding), "cpu_s": time.perf_counter() - t0}
         rows.append(row)
         print(f"{name:<6} batch {args.batch}: {row['rounds']} rounds, {row['tokens']} tokens "
               f"({row['tokens'] / max(row['rounds'], 1):.2f} a round), modelled {row['model_tokens_per_s']:,.0f} tok/s, "

@@ -40,7 +40,7 @@ def test_a_replay_models_each_round_at_its_blocks_cost(tmp_path):
 def test_bad_arguments_are_named(tmp_path):
     cal = tmp_path / "costs.json"
     cal.write_text(json.dumps(COSTS))
-    with pytest.raises(SystemExit, match="no costs at batch 8"):
+    with pytest.raises(SystemExit, match="no costs for batch 8"):
         policy_replay.main([str(cal), "--batch", "8"])
     with pytest.raises(SystemExit, match="variant 'B=0'"):
         policy_replay.main([str(cal), "--batch", "1", "--policies", "B=0", "--prompts", "1", "--n", "1"])
