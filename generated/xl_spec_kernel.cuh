@@ -2100,6 +2100,7 @@ struct Stage_kv_manage {
     }
     using Frame = Frame_kv_manage;
     static constexpr int32_t line = 137, groups = 3;
+    static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {
@@ -2133,6 +2134,7 @@ struct Stage_kv_collect {
     }
     using Frame = Frame_kv_collect;
     static constexpr int32_t line = 387, groups = 2;
+    static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {
@@ -2164,6 +2166,7 @@ struct Stage_kv_evict {
     }
     using Frame = Frame_kv_evict;
     static constexpr int32_t line = 459, groups = 3;
+    static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
     XL_HD static int width(int g) {
@@ -2347,7 +2350,7 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
         if (group_width > 0 && !xl_collectives(xc, group_width, S::ops(seg), S::words(seg), active, sp)) return false;
         XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
     }
-    if (!xl_settle_all(xc, sh, sp)) return false;
+    if ((S::writes_shared || XL_SETTLE_ALWAYS) && !xl_settle_all(xc, sh, sp)) return false;
     XL_PROF_MARK(S::stage * 32 + 30);
     for (int32_t base = sp.lo; base < sp.hi; base += nt) {
         const int32_t i = xl_spread_slot(base, t, nt);

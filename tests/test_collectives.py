@@ -304,6 +304,17 @@ done when done_
 """
 
 
+def test_only_a_stage_that_writes_shared_state_settles():
+    """run_collective settles the shadow's writes (xl_settle_all) only for a stage that may write
+    shared state: a claim or a sum, at any depth (Stage_<name>::writes_shared)."""
+    claimsum = load_text(CLAIM_THEN_SUM_SRC, "claimsum.xl")
+    assert {s.name: ir.writes_shared(s.body) for s in claimsum.program.stages} == {"claim": True, "add": True}
+    coll = load_text(COLLECTIVES_SRC, "coll.xl")
+    assert not ir.writes_shared(coll.program.stages[0].body)
+    assert "static constexpr bool writes_shared = false;" in coll.files["coll_kernel.cuh"]
+    assert claimsum.files["claimsum_kernel.cuh"].count("static constexpr bool writes_shared = true;") == 2
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("max_active", [1, 5])
 def test_a_word_claimed_in_one_stage_then_summed_in_the_next(backend, max_active):

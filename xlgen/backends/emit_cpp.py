@@ -395,6 +395,8 @@ class CppEmitter:
             "cases": cases,
             "frame": [(cpp_ops.value_type(t), names.cpp(n)) for n, t in frame],
             "groups": [", ".join(names.cpp(c.name) for c in g) for g in groups],
+            # nothing to settle at the stage's end where it writes no shared state
+            "writes_shared": "true" if ir.writes_shared(s.body) else "false",
             # the driver's tables (kernel.cuh's Stage_<name>), an entry per group (at least one):
             # the operations and word kinds packed 4 bits each, collective k at bit 4k
             "widths": [len(g) for g in groups] or [0],

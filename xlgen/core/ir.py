@@ -470,6 +470,13 @@ def statements(stmts):
             stack.extend(s.body)
 
 
+def writes_shared(stmts) -> bool:
+    """Whether statements may write shared state: a claim (`=`) or a sum (`+=`) in a collective
+    stage, at any depth (procs are inlined; functions cannot write state)."""
+    return any(isinstance(s, Accumulate) or isinstance(s, Assign) and s.target.kind == SHARED
+               for s in statements(stmts))
+
+
 def fields_written(stages) -> set[str]:
     """The request fields the stages' bodies may write: their assignments (at any depth), and
     any array field passed to a call (conservatively: an array argument is a reference).
