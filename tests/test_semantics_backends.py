@@ -159,6 +159,14 @@ GROUPS = {
         "min(a, b)": [(NAN, 1.0, 0, NAN), (1.0, NAN, 0, 1.0), (-0.0, 0.0, 0, -0.0), (0.0, -0.0, 0, 0.0)],
         "max(a, b)": [(NAN, 1.0, 0, NAN), (1.0, NAN, 0, 1.0), (-0.0, 0.0, 0, -0.0), (0.0, -0.0, 0, 0.0)],
         "clamp(a, b, c)": [(NAN, 0.0, 1.0, NAN), (5.0, 10.0, 0.0, 0.0), (-0.0, 0.0, 1.0, -0.0)],
+        # a literal operand: nvcc compiled `(b < a) ? b : a` to the hardware's min, which orders
+        # -0.0 below +0.0 (fuzz seed 6390043, the GPU's xl_min)
+        "min(0.0, b)": [(0, -0.0, 0, 0.0), (0, NAN, 0, 0.0)],
+        "max(0.0, b)": [(0, -0.0, 0, 0.0)],
+        "min(-0.0, b)": [(0, 0.0, 0, -0.0)],
+        "max(-0.0, b)": [(0, 0.0, 0, -0.0)],
+        "clamp(b, 0.0, 1.0)": [(0, -0.0, 0, -0.0)],
+        "1.0 / min(0.0, b)": [(0, -0.0, 0, INF)],
         "abs(a)": [(-0.0, 0, 0, 0.0), (-INF, 0, 0, INF), (-1e-45, 0, 0, 1e-45)],
         # constants folded to infinity and NaN (the simulator once had no name for them)
         "a * (1.0 / 0.0)": [(2.0, 0, 0, INF), (-2.0, 0, 0, -INF), (0.0, 0, 0, NAN)],

@@ -194,6 +194,25 @@ template <typename T>
 XL_HD T xl_min(T a, T b) { return (b < a) ? b : a; }
 template <typename T>
 XL_HD T xl_max(T a, T b) { return (b > a) ? b : a; }
+#if XL_ON_GPU
+// f32: the comparison and the select spelled out in PTX. With a literal operand nvcc compiled
+// `(b < a) ? b : a` into the hardware's FMNMX, which orders -0.0 below +0.0: min(0.0, -0.0) gave
+// -0.0 on the GPU where the language (and the simulator, the CPU build) give the first operand,
+// +0.0 (fuzz seed 6390043: a quotient's infinity of the wrong sign; tests/test_semantics_backends.py).
+// ptxas still takes FMNMX where the bits are the same (max(0.0, x), min(x, 1.0)).
+template <>
+XL_HD float xl_min(float a, float b) {
+    float r;
+    asm("{\n\t.reg .pred p;\n\tsetp.lt.f32 p, %2, %1;\n\tselp.f32 %0, %2, %1, p;\n\t}" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+template <>
+XL_HD float xl_max(float a, float b) {
+    float r;
+    asm("{\n\t.reg .pred p;\n\tsetp.gt.f32 p, %2, %1;\n\tselp.f32 %0, %2, %1, p;\n\t}" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+#endif
 template <typename T>
 XL_HD T xl_clamp(T x, T lo, T hi) { return xl_min(xl_max(x, lo), hi); }
 
