@@ -38,8 +38,8 @@ def phase_marks(rounds: int) -> str:
     import cupy
 
     address = gpu.compile_module(compiled).module.get_global_var("xl_prof")
-    memory = cupy.cuda.UnownedMemory(address, 256 * 8, None)
-    prof = cupy.ndarray((256,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    memory = cupy.cuda.UnownedMemory(address, 1024 * 8, None)
+    prof = cupy.ndarray((1024,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
     counts = prof.get()
     prof.fill(0)
     cupy.cuda.Device().synchronize()

@@ -51,10 +51,9 @@ def main() -> int:
     variants = dict(rb.mega_variants(binding, [], ("cost",), costs.get(args.batch), catchup.get(args.batch),
                                      accept.get(args.batch)))
     module = gpu.compile_module(compiled, **team).module
-    memory = cupy.cuda.UnownedMemory(module.get_global_var("xl_prof"), 256 * 8, None)
-    prof = cupy.ndarray((256,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
-    # (a mark is stage * 32 + part, modulo 256: stage 8's marks share stage 0's counters)
-    names = {s.index % 8: s.name for s in compiled.program.stages if s.is_collective}
+    memory = cupy.cuda.UnownedMemory(module.get_global_var("xl_prof"), 1024 * 8, None)
+    prof = cupy.ndarray((1024,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    names = {s.index: s.name for s in compiled.program.stages if s.is_collective}  # (a mark: stage * 32 + part)
     parts = {0: "guards", 30: "settle", 31: "traces"}
     for name in ("mega plain", "mega cost"):
         inputs = rp.request_inputs(prompts, args.n, binding)

@@ -559,12 +559,13 @@ XL_DEVICE void xl_clock_mark(long long& since, unsigned long long* cycles, unsig
 }
 #endif
 
-// -DXL_PROFILE_PHASE2 (GPU, an experiment: scripts/profile_kv_rounds.py): thread 0 adds the
-// clock cycles between marks of phase 2 into xl_prof[mark], read back by the host.
+// -DXL_PROFILE_PHASE2 (GPU, an experiment: scripts/profile_kv_rounds.py, scripts/real_phase2.py):
+// thread 0 adds the clock cycles between marks of phase 2 into xl_prof[mark], read back by the
+// host; mark = stage * 32 + part, for stages 0..31.
 #if XL_ON_GPU && defined(XL_PROFILE_PHASE2)
-__device__ unsigned long long xl_prof[256];
+__device__ unsigned long long xl_prof[1024];
 #define XL_PROF_START() long long xl_prof_t = clock64()
-#define XL_PROF_MARK(mark) do { if (threadIdx.x == 0 && blockIdx.x == 0) xl_clock_mark(xl_prof_t, &xl_prof[(mark) & 255]); } while (0)
+#define XL_PROF_MARK(mark) do { if (threadIdx.x == 0 && blockIdx.x == 0) xl_clock_mark(xl_prof_t, &xl_prof[(mark) & 1023]); } while (0)
 #else
 #define XL_PROF_START() do { } while (0)
 #define XL_PROF_MARK(mark) do { } while (0)
