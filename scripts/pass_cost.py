@@ -6,10 +6,12 @@ decoding of one new token after a prompt of L bytes brings the target's KV rows 
 prompt in passes of CHUNK (9) positions, then predicts. So, with T(L) the kernel time of that
 launch (best of --repeats after a warm-up; one request, a team of --team-warps warps):
 
-    pass of 9 positions = (T(9 * m2) - T(9 * m1)) / (m2 - m1)
-    pass of 1 position  =  T(9 * m + 1) - T(9 * m)      (the same prompt and one byte more)
+    pass of 9 positions = the slope of T(9 * m) over m = m1..m2 (least squares)
+    pass of 1 position  = the median over m = m1..m2 of T(9 * m + 1) - T(9 * m)   (one byte more)
 
-at contexts around 9 * m (attention grows with the context; the matrix-vector work does not).
+at contexts around 9 * m (attention grows with the context; the matrix-vector work does not). A
+single difference of two launches of ~1 ms moves by tens of microseconds from launch to launch;
+the median of m2 - m1 + 1 of them, each of the best of --repeats, does not.
 
     python3 scripts/pass_cost.py -o /tmp/pc            # on a GPU
     python3 scripts/pass_cost.py -o /tmp/pc --backend cpu --repeats 1   # a smoke test
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("gpu", "cpu"), default="gpu")
     ap.add_argument("--team-warps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--chunks", default="4,8", help="m1,m2: prompts of CHUNK * m1 and CHUNK * m2 bytes (default 4,8)")
+    ap.add_argument("--chunks", default="4,8", help="m1,m2: prompts of CHUNK * m bytes for m = m1..m2 (default 4,8)")
     args = ap.parse_args(argv)
     m1, m2 = (int(x) for x in args.chunks.split(","))
     binding = rp.load_binding()
@@ -70,17 +72,19 @@ def main(argv=None) -> int:
     def t(n: int) -> float:
         return kernel_ms(compiled, params, data[:n], args.backend, args.team_warps, args.repeats)
 
-    a, b = CHUNK * m1, CHUNK * m2
-    times = {n: t(n) for n in (a, a + 1, b, b + 1)}
-    pass9 = (times[b] - times[a]) / (m2 - m1)
-    pass1 = ((times[a + 1] - times[a]) + (times[b + 1] - times[b])) / 2
+    ms = list(range(m1, m2 + 1))
+    times = {n: t(n) for m in ms for n in (CHUNK * m, CHUNK * m + 1)}
+    pass9 = float(np.polyfit(ms, [times[CHUNK * m] for m in ms], 1)[0])
+    ones = [times[CHUNK * m + 1] - times[CHUNK * m] for m in ms]
+    pass1 = float(np.median(ones))
     out = {"backend": args.backend, "team_warps": args.team_warps, "repeats": args.repeats,
            "kernel_ms_by_prompt_bytes": times, "pass9_us": pass9 * 1e3, "pass1_us": pass1 * 1e3,
-           "ratio": pass9 / pass1 if pass1 > 0 else None}
+           "pass1_us_each": [x * 1e3 for x in ones], "ratio": pass9 / pass1 if pass1 > 0 else None}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "pass_cost.json").write_text(json.dumps(out, indent=1) + "\n")
     print("kernel ms by prompt bytes: " + ", ".join(f"{n}: {v:.3f}" for n, v in times.items()))
-    print(f"pass of 9 positions {pass9 * 1e3:.1f} us, of 1 position {pass1 * 1e3:.1f} us: "
+    print(f"pass of 9 positions {pass9 * 1e3:.1f} us, of 1 position {pass1 * 1e3:.1f} us "
+          f"(median of {', '.join(f'{x * 1e3:.1f}' for x in ones)}): "
           f"ratio {out['ratio']:.2f}" if out["ratio"] else "pass of 1 position: not resolved")
     return 0
 

@@ -205,3 +205,20 @@ def test_a_cluster_team_spreads_loops_or_runs_them_in_every_block(team_warps, te
     assert len(want.records) > 0 and 0 < len(want.errors()) < 12
     got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
     assert compare(compiled.program, want, got) is None
+
+
+# What else spreads a loop over a cluster team (xl_team_loop): iterations that run a loop of their own
+# (attention's scores), once there are more of them than a block's threads (looping_iterations.xl:
+# 160-640 iterations, so the shapes below, 64-512 threads a block, see both sides); and running it
+# in every block alike taking more than XL_SPREAD_TURNS turns of a block, by thread or by warp
+# (spread_turns.xl). Each program fails in round 2 at iterations in different blocks (4 and 5 requests).
+@pytest.mark.parametrize("team_warps,team_blocks", [(4, 1), (2, 4), (4, 2), (8, 2), (16, 4)])
+@pytest.mark.parametrize("program,failing", [("looping_iterations.xl", 4), ("spread_turns.xl", 5)])
+def test_a_cluster_team_spreads_loops_by_their_work(program, failing, team_warps, team_blocks):
+    compiled = load_text((Path(__file__).parent / "programs" / program).read_text(), program)
+    inputs = [{} for _ in range(12)]
+    config = sim.LaunchConfig(max_active=12, max_rounds=50)
+    want = sim.run(compiled.sim_module(), {}, inputs, config)
+    assert len(want.records) > 0 and len(want.errors()) == failing
+    got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
+    assert compare(compiled.program, want, got) is None

@@ -102,6 +102,9 @@ class CppEmitter:
         if isinstance(e, ir.TensorLoad):
             return max([self._check(e, k, c) for k, c in enumerate(e.checked)]
                        + [self.raises(i) for i in e.indices])
+        if isinstance(e, ir.PoolLoad) and ("page", id(e)) in self.hoisted:  # its page checked before
+            return max([NEVER] + [self._check(e, k, c) for k, c in enumerate(e.checked) if k > 0]
+                       + [self.raises(i) for i in e.indices[1:]])
         if isinstance(e, (ir.PoolLoad, ir.Call, grouping.PoolPage)):
             return ALWAYS  # NOT_OWNER; helpers and builtins may raise inside
         own = NEVER
@@ -441,7 +444,41 @@ class CppEmitter:
         pad = IND * depth
         v = names.cpp(s.var)
         head = f"{pad}for (int32_t {v} = {s.start}; {v} < {s.stop}; ++{v}) {{"
-        return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+        load = self._page_checked_once(s)
+        if load is None:
+            return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+        # The page's checks before the loop, numbered as in its first statement: the loop then
+        # holds no test, so its loads need not wait for one another (attention's scores).
+        name = f"xl_page{depth}"
+        code = self.statement_expr(grouping.PoolPage(load), s.body[0].loc.line)
+        lines = [f"{pad}{{", f"{pad}{IND}const int32_t {name} = {code};", *self._bail_if(ALWAYS, pad + IND)]
+        self.hoisted[("page", id(load))] = name
+        try:
+            body = self.block(s.body, depth + 2)
+        finally:
+            del self.hoisted[("page", id(load))]
+        return [*lines, IND + head, *body, f"{pad}{IND}}}", f"{pad}}}"]
+
+    def _page_checked_once(self, s: ir.For) -> ir.PoolLoad | None:
+        """The pool read whose page's checks can go before the loop, once: a loop that runs, of one
+        statement assigning a local, whose only check that may fail is one pool read's page (its
+        index and its owner), the same in every iteration (its page index reads no local the loop
+        sets). Its first iteration would fail there first, before any effect, with the same error."""
+        if s.stop <= s.start or len(s.body) != 1:
+            return None
+        (st,) = s.body
+        if not (isinstance(st, ir.Assign) and st.target.kind == ir.LOCAL and st.index is None):
+            return None
+        loads = [x for x in _subexpressions(st.value) if isinstance(x, ir.PoolLoad)]
+        if (len(loads) != 1 or not any(x is loads[0] for x in _always_evaluated(st.value))
+                or grouping.locals_read(loads[0].indices[0]) & {s.var, st.target.name}):
+            return None
+        self.hoisted[("page", id(loads[0]))] = "(page)"  # (what raises() then sees: the rest's checks)
+        try:
+            rest = self.raises(st.value)
+        finally:
+            del self.hoisted[("page", id(loads[0]))]
+        return loads[0] if rest == NEVER else None
 
     def _lane_bounds(self, s, depth) -> list[str]:
         """A lanes loop's or reduction's bounds, evaluated once, left to right."""
@@ -478,18 +515,19 @@ class CppEmitter:
         # launch parameters), needs no barrier on entry: the other loop's exit barrier is the
         # last thing the team did (xl_lanes in xl_runtime.cuh says why it needs one).
         entry = not (after_lanes and not any(_reads_state(b) for b in (s.start, s.stop)))
-        # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
-        pools = _may_write_pool(s.body)
+        # Whether a team of several blocks spreads it (xl_team_loop): a loop that may write a pool,
+        # or whose iterations loop.
+        spread = _spread(s)
         # What it may touch and write (xl_team_loop: whether a cluster team must sync on entry).
         masks = [ALL_STATE, ALL_STATE]
         if self.team_touches:
             touched, written = ir.state_access(s)
             masks = [state_mask(written), state_mask(touched)]
-        flags = [s.by_warp, entry, pools, *masks]  # xl_lanes<ByWarp, EntrySync = true, Pools = false, Writes, Touches>
-        defaults = [None, True, False, ALL_STATE, ALL_STATE]
+        flags = [s.by_warp, entry, spread, *masks]  # xl_lanes<ByWarp, EntrySync = true, Spread, Writes, Touches>
+        defaults = [None, True, SPREAD_BY_WARP, ALL_STATE, ALL_STATE]
         while len(flags) > 1 and flags[-1] == defaults[len(flags) - 1]:
             flags.pop()  # trailing defaults left out
-        by_warp = ", ".join(str(f).lower() for f in flags)
+        by_warp = ", ".join(_cpp_flag(f) for f in flags)
         v = names.cpp(s.var)
         group = self._group_plan(s, grouping.plan(s, bound))
         tiles = self._group_plan(s, grouping.rows_plan(s))
@@ -498,9 +536,9 @@ class CppEmitter:
             split = group is not None or tiles.k is not None
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
             fast = f"xl_lo >= 0 && xl_hi <= {limit}" if bound is not None else ("xl_lo >= 0" if split else "true")
-            extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
+            extra = flags[2:]  # Spread, Writes, Touches (trailing defaults left out, as above)
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
-                         f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
+                         f"{''.join(', ' + _cpp_flag(f) for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
         elif bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
@@ -865,7 +903,7 @@ class CppEmitter:
         # A cluster team records what its code touches (XL_TOUCH) only in a stage with a loop it may
         # spread: only such a loop reads the record, and every stage starts from "anything".
         self.team_touches = not s.in_phase2 and any(
-            isinstance(x, ir.Lanes) and (x.by_warp or _may_write_pool(x.body)) for x in ir.statements(s.body))
+            isinstance(x, ir.Lanes) and (x.by_warp or _spread(x) != SPREAD_BY_WARP) for x in ir.statements(s.body))
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
         if not s.in_phase2:  # -DXL_PROFILE_LINES: the stage's time from its start to its end
@@ -1011,6 +1049,46 @@ def state_mask(names_: set[str]) -> str:
     for name in names_:
         bits |= 1 << (POOLS_BIT if name.startswith("pool ") else zlib.crc32(name.encode()) % POOLS_BIT)
     return f"0x{bits:08x}u"
+
+
+# xl_team_loop's Spread (xl_runtime.cuh, XlSpread): what spreads a lanes loop over a cluster team
+# besides iterations holding reductions. An iteration's own loop of LOOPING_STEPS steps or more
+# (attention's scores: a dot product of 32 in turn) is work enough for the cluster's barriers.
+SPREAD_BY_WARP, SPREAD_POOLS, SPREAD_LOOPING = "XL_SPREAD_BY_WARP", "XL_SPREAD_POOLS", "XL_SPREAD_LOOPING"
+LOOPING_STEPS = 16
+
+
+def _spread(s: ir.Lanes) -> str:
+    if _may_write_pool(s.body):
+        return SPREAD_POOLS
+    looping = any(isinstance(x, ir.For) and x.stop - x.start >= LOOPING_STEPS for x in ir.statements(s.body))
+    return SPREAD_LOOPING if looping and not s.by_warp else SPREAD_BY_WARP
+
+
+def _subexpressions(e: ir.Expr):
+    """`e` and every expression inside it."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(ranges.children(x))
+
+
+def _always_evaluated(e: ir.Expr):
+    """The parts of `e` evaluated whenever it is: not a branch of `?:`, nor the right of `&&`, `||`."""
+    yield e
+    if isinstance(e, ir.Select):
+        yield from _always_evaluated(e.cond)
+    elif isinstance(e, ir.Binary) and e.op in ("&&", "||"):
+        yield from _always_evaluated(e.left)
+    else:
+        for c in ranges.children(e):
+            yield from _always_evaluated(c)
+
+
+def _cpp_flag(f) -> str:
+    """A template argument: a bool as C++ spells it, anything else as it is."""
+    return str(f).lower() if isinstance(f, bool) else str(f)
 
 
 def _may_write_pool(body) -> bool:
