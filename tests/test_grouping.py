@@ -118,7 +118,7 @@ def test_the_pass_is_grouped_with_the_weight_read_once():
     compiled = load_text(PASS, "passes.xl")
     code = kernel(compiled)
     # bound 40 (y, z of P * K), K = 8: groups of up to 5 positions
-    assert re.search(r"xl_lanes_grouped<true, 8, 5, true(, XL_SPREAD_BY_WARP, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
+    assert re.search(r"xl_lanes_grouped<true, 8, 5, true(, false, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
     assert code.count("xl_sum_tile<float, xl_R, 5>(xl_lo, xl_hi, xl_n, ") == 3
     # and with fewer positions, a tile of rows of one position: the activation read once per
     # element for every row, each row's tail on its own lane
@@ -231,7 +231,7 @@ def rows_launch(seed: int, cases):
 def test_rows_without_a_split_cpu_equals_the_simulator():
     compiled = load_text(ROWS, "rows.xl")
     code = kernel(compiled)
-    assert re.search(r"xl_lanes_grouped<true, 40, 1, false(, XL_SPREAD_BY_WARP, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
+    assert re.search(r"xl_lanes_grouped<true, 40, 1, false(, false, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
     assert code.count("xl_sum_rows<float, xl_R, false>") == 2
     want = agrees(compiled, *rows_launch(3, ROWS_CASES))
     errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
@@ -621,7 +621,7 @@ def test_gpu_equals_the_simulator(team_warps):
 
 def test_tiles_of_36_sums_cpu_equals_the_simulator():
     compiled = load_text(PASS9, "passes9.xl")
-    assert re.search(r"xl_lanes_grouped<true, 8, 9, true(, XL_SPREAD_BY_WARP, 0x\w+, 0x\w+)?>\(", kernel(compiled))
+    assert re.search(r"xl_lanes_grouped<true, 8, 9, true(, false, 0x\w+, 0x\w+)?>\(", kernel(compiled))
     want = agrees(compiled, weights(), inputs_for(CASES9, 9))
     errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
     assert errors == {1, 5, 6, 8}, errors  # the failing tails (limit 3, 6 and 4) and 10 positions

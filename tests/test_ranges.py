@@ -55,7 +55,7 @@ def test_a_matvec_loop_is_versioned_and_its_element_checks_proved():
     code = kernel(MATVEC)
     # y[e] and h[t * C + i] hold for e < 32: the loop runs them unchecked when hi <= 32 (and a
     # row at a time for up to 8 positions: grouping.py)
-    assert re.search(r"xl_lanes_grouped<true, 4, 8, true(, XL_SPREAD_BY_WARP, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 32,", code)
+    assert re.search(r"xl_lanes_grouped<true, 4, 8, true(, false, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 32,", code)
     # e % C, e / C: a non-negative e and a constant divisor; w[i, j]: i in 0..3, j in 0..7
     assert "xl_rem_nz(e, C)" in code and "xl_div_nz(e, C)" in code
     assert "return xl_fmul(p.w[((int32_t)(i)) * 8 + (int32_t)(j)], r.x[j]);" in code

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from xlgen.backends.build import load_text
-from xlgen.backends.emit_cpp import ALL_STATE, SPREAD_BY_WARP, SPREAD_LOOPING, SPREAD_POOLS, state_mask
+from xlgen.backends.emit_cpp import ALL_STATE, state_mask
 from xlgen.core import ir
 
 # Loop 2 (in every block alike) reads `c`, which loop 3 (spread) writes: its entry barrier stays;
@@ -69,22 +69,3 @@ def test_a_stage_without_a_loop_to_spread_records_nothing():
     source = source.replace("let m = min(j in 0..N: b[j] + c[i])", "let m = b[i] + c[i]")
     kernel = (load_text(source, "touch.xl").dir / "touch_kernel.cuh").read_text()
     assert "XL_TOUCH" not in kernel and not _loops(source)
-
-
-def _spreads(compiled) -> list[str]:
-    """Each lanes loop's Spread argument (XlSpread), in the order of the kernel's text."""
-    kernel = (compiled.dir / f"{compiled.name}_kernel.cuh").read_text()
-    return re.findall(r"xl_lanes(?:_v|_grouped)?<[^>]*?(XL_SPREAD_\w+)", kernel)
-
-
-def test_loops_whose_iterations_loop_may_spread():
-    # The dot product of 32 in turn of each iteration: spread on a cluster team (when the
-    # iterations outnumber a block's threads); the reduction and the plain loop: by their warps' rule.
-    looping = load_text((Path(__file__).parent / "programs" / "looping_iterations.xl").read_text(), "l.xl")
-    assert _spreads(looping) == [SPREAD_LOOPING, SPREAD_BY_WARP, SPREAD_BY_WARP]
-    # The real pair: both models' attention scores; the K/V rows into the pool always.
-    from xlgen.backends.build import load
-    from xlgen.core.resources import data_dir
-
-    pair = _spreads(load(data_dir("stages") / "byte_spec.xl"))
-    assert pair.count(SPREAD_LOOPING) == 2 and pair.count(SPREAD_POOLS) == 2

@@ -207,11 +207,11 @@ def test_a_cluster_team_spreads_loops_or_runs_them_in_every_block(team_warps, te
     assert compare(compiled.program, want, got) is None
 
 
-# What else spreads a loop over a cluster team (xl_team_loop): iterations that run a loop of their own
-# (attention's scores), once there are more of them than a block's threads (looping_iterations.xl:
-# 160-640 iterations, so the shapes below, 64-512 threads a block, see both sides); and running it
-# in every block alike taking more than XL_SPREAD_TURNS turns of a block, by thread or by warp
-# (spread_turns.xl). Each program fails in round 2 at iterations in different blocks (4 and 5 requests).
+# A loop spread over a cluster team because running it in every block alike would take more than
+# XL_SPREAD_TURNS turns of a block (xl_team_loop): iterations that run a loop of their own (attention's
+# scores; looping_iterations.xl), short iterations by thread and rows by warp (spread_turns.xl). The
+# shapes below, 64-512 threads a block, see rounds on both sides; each program fails in round 2 at
+# iterations in different blocks (4 and 5 requests).
 @pytest.mark.parametrize("team_warps,team_blocks", [(4, 1), (2, 4), (4, 2), (8, 2), (16, 4)])
 @pytest.mark.parametrize("program,failing", [("looping_iterations.xl", 4), ("spread_turns.xl", 5)])
 def test_a_cluster_team_spreads_loops_by_their_work(program, failing, team_warps, team_blocks):

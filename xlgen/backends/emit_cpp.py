@@ -447,8 +447,8 @@ class CppEmitter:
         load = self._page_checked_once(s)
         if load is None:
             return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
-        # The page's checks before the loop, numbered as in its first statement: the loop then
-        # holds no test, so its loads need not wait for one another (attention's scores).
+        # The page's checks before the loop, numbered as in its statement: the loop then holds no
+        # check and no error test (attention's scores: 32 owner checks a score before).
         name = f"xl_page{depth}"
         code = self.statement_expr(grouping.PoolPage(load), s.body[0].loc.line)
         lines = [f"{pad}{{", f"{pad}{IND}const int32_t {name} = {code};", *self._bail_if(ALWAYS, pad + IND)]
@@ -515,19 +515,18 @@ class CppEmitter:
         # launch parameters), needs no barrier on entry: the other loop's exit barrier is the
         # last thing the team did (xl_lanes in xl_runtime.cuh says why it needs one).
         entry = not (after_lanes and not any(_reads_state(b) for b in (s.start, s.stop)))
-        # Whether a team of several blocks spreads it (xl_team_loop): a loop that may write a pool,
-        # or whose iterations loop.
-        spread = _spread(s)
+        # A loop that may write a pool says so (a team of several blocks then spreads it: xl_team_loop).
+        pools = _may_write_pool(s.body)
         # What it may touch and write (xl_team_loop: whether a cluster team must sync on entry).
         masks = [ALL_STATE, ALL_STATE]
         if self.team_touches:
             touched, written = ir.state_access(s)
             masks = [state_mask(written), state_mask(touched)]
-        flags = [s.by_warp, entry, spread, *masks]  # xl_lanes<ByWarp, EntrySync = true, Spread, Writes, Touches>
-        defaults = [None, True, SPREAD_BY_WARP, ALL_STATE, ALL_STATE]
+        flags = [s.by_warp, entry, pools, *masks]  # xl_lanes<ByWarp, EntrySync = true, Pools = false, Writes, Touches>
+        defaults = [None, True, False, ALL_STATE, ALL_STATE]
         while len(flags) > 1 and flags[-1] == defaults[len(flags) - 1]:
             flags.pop()  # trailing defaults left out
-        by_warp = ", ".join(_cpp_flag(f) for f in flags)
+        by_warp = ", ".join(str(f).lower() for f in flags)
         v = names.cpp(s.var)
         group = self._group_plan(s, grouping.plan(s, bound))
         tiles = self._group_plan(s, grouping.rows_plan(s))
@@ -536,9 +535,9 @@ class CppEmitter:
             split = group is not None or tiles.k is not None
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
             fast = f"xl_lo >= 0 && xl_hi <= {limit}" if bound is not None else ("xl_lo >= 0" if split else "true")
-            extra = flags[2:]  # Spread, Writes, Touches (trailing defaults left out, as above)
+            extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
-                         f"{''.join(', ' + _cpp_flag(f) for f in extra)}>(err, 1, "
+                         f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
         elif bound is None:
             lines.append(f"{pad}{IND}xl_lanes<{by_warp}>(err, 1, xl_lo, xl_hi, [&](int32_t {v}, XlErr& err) {{")
@@ -903,7 +902,7 @@ class CppEmitter:
         # A cluster team records what its code touches (XL_TOUCH) only in a stage with a loop it may
         # spread: only such a loop reads the record, and every stage starts from "anything".
         self.team_touches = not s.in_phase2 and any(
-            isinstance(x, ir.Lanes) and (x.by_warp or _spread(x) != SPREAD_BY_WARP) for x in ir.statements(s.body))
+            isinstance(x, ir.Lanes) and (x.by_warp or _may_write_pool(x.body)) for x in ir.statements(s.body))
         collective = self.collective_stage(s) if s.is_collective else None
         body = self.block(s.body, 1) if not s.is_collective else []
         if not s.in_phase2:  # -DXL_PROFILE_LINES: the stage's time from its start to its end
@@ -1051,20 +1050,6 @@ def state_mask(names_: set[str]) -> str:
     return f"0x{bits:08x}u"
 
 
-# xl_team_loop's Spread (xl_runtime.cuh, XlSpread): what spreads a lanes loop over a cluster team
-# besides iterations holding reductions. An iteration's own loop of LOOPING_STEPS steps or more
-# (attention's scores: a dot product of 32 in turn) is work enough for the cluster's barriers.
-SPREAD_BY_WARP, SPREAD_POOLS, SPREAD_LOOPING = "XL_SPREAD_BY_WARP", "XL_SPREAD_POOLS", "XL_SPREAD_LOOPING"
-LOOPING_STEPS = 16
-
-
-def _spread(s: ir.Lanes) -> str:
-    if _may_write_pool(s.body):
-        return SPREAD_POOLS
-    looping = any(isinstance(x, ir.For) and x.stop - x.start >= LOOPING_STEPS for x in ir.statements(s.body))
-    return SPREAD_LOOPING if looping and not s.by_warp else SPREAD_BY_WARP
-
-
 def _subexpressions(e: ir.Expr):
     """`e` and every expression inside it."""
     stack = [e]
@@ -1084,11 +1069,6 @@ def _always_evaluated(e: ir.Expr):
     else:
         for c in ranges.children(e):
             yield from _always_evaluated(c)
-
-
-def _cpp_flag(f) -> str:
-    """A template argument: a bool as C++ spells it, anything else as it is."""
-    return str(f).lower() if isinstance(f, bool) else str(f)
 
 
 def _may_write_pool(body) -> bool:

@@ -1157,9 +1157,8 @@ XL_COLD XlLaneErr xl_block_err_min(XlLaneErr first) {
 // request, and the copies stay equal: ordinary code computes the same values in every block and
 // stores them in its own copy (XL_WARP_STORE), and a loop either
 // - runs **spread** over the whole team (iterations holding reductions, at least one per warp of
-//   the team: the matrix-vector loops; a loop that writes a pool; iterations that run a loop of
-//   their own, more than a block's threads of them: attention's scores; any loop of more than
-//   XL_SPREAD_TURNS turns of a block: a verify pass's softmax), each iteration storing
+//   the team: the matrix-vector loops; a loop that writes a pool; any loop of more than
+//   XL_SPREAD_TURNS turns of a block: a verify pass's attention), each iteration storing
 //   into every block's copy (xl_store_team), with the cluster's barrier on entry (no block may
 //   still read what another's iteration overwrites in its copy) and on exit; or
 // - runs **in every block alike** (the few-iteration loops: a norm, a softmax's maximum), each
@@ -1188,31 +1187,23 @@ template <typename T, typename V> XL_DEVICE void xl_store_team(T& lhs, const V& 
 struct XlTeamLoop {
     int64_t start, stride;  // this thread's (or warp's) first iteration, and the step to its next
 };
-// What else spreads a lanes loop over a cluster team (emit_cpp.py decides, xl_team_loop applies):
-// XL_SPREAD_POOLS, the loop writes a pool (global memory, which the copies of a cluster team do
-// not cover): always; XL_SPREAD_LOOPING, its iterations run a loop of their own: when a block's
-// threads cannot take them all at once (the cluster's barriers cost less than a second turn).
-enum XlSpread : int { XL_SPREAD_BY_WARP = 0, XL_SPREAD_POOLS = 1, XL_SPREAD_LOOPING = 2 };
-#ifndef XL_SPREAD_LOOPING_ON  // -DXL_SPREAD_LOOPING_ON=0: such loops run in every block alike (an A/B switch)
-#define XL_SPREAD_LOOPING_ON 1
-#endif
-// Any loop is spread where running it in every block alike takes more than XL_SPREAD_TURNS turns of
-// a block (an iteration on each of its threads, ByWarp: on each of its warps): a verify pass's
-// softmax (its exponentials, each row's maximum and sum). 0: never for that (an A/B switch). Measured
-// on the real pair (docs/benchmarks.md, twentieth session): 2 made ASBS 8-12% faster than 0.
+// Any loop is spread where running it in every block alike would take more than XL_SPREAD_TURNS
+// turns of a block (an iteration on each of its threads; ByWarp: on each of its warps): a verify
+// pass's attention scores, exponentials, and its rows' maxima and sums. 0: never for that (an A/B
+// switch). On the real pair (docs/benchmarks.md, twentieth session) 2 made ASBS 13-18% faster than
+// 0 and plain greedy no slower; 1 made plain greedy 3% slower.
 #ifndef XL_SPREAD_TURNS
 #define XL_SPREAD_TURNS 2
 #endif
 // A lanes loop's entry: its barrier, and the iterations this thread (ByWarp: its warp) takes of n.
+// Pools: the loop writes a pool (global memory, which the copies of a cluster team do not cover).
 // Writes, Touches: the fields and pools the loop may write, and touch (emit_cpp.state_mask).
-template <bool ByWarp, bool EntrySync, int Spread, uint32_t Writes, uint32_t Touches>
+template <bool ByWarp, bool EntrySync, bool Pools, uint32_t Writes, uint32_t Touches>
 XL_DEVICE XlTeamLoop xl_team_loop(int64_t n) {
 #if XL_ON_GPU && XL_TEAM_BLOCKS > 1
     uint8_t& mode = xl_team_mode[threadIdx.x];
     const int64_t turn = ByWarp ? XL_TEAM_WARPS : XL_BLOCK_THREADS;  // iterations a block takes at once
-    if (Spread == XL_SPREAD_POOLS || (ByWarp && n >= XL_TEAM_NWARPS) ||
-        (Spread == XL_SPREAD_LOOPING && XL_SPREAD_LOOPING_ON && n > turn) ||
-        (XL_SPREAD_TURNS > 0 && n > XL_SPREAD_TURNS * turn)) {
+    if (Pools || (ByWarp && n >= XL_TEAM_NWARPS) || (XL_SPREAD_TURNS > 0 && n > XL_SPREAD_TURNS * turn)) {
         if (EntrySync || ((mode & XL_MODE_AFTER_BLOCK) && (xl_team_touched[threadIdx.x] & Writes))) xl_cluster_sync();
         mode = XL_MODE_SPREAD;
         return {ByWarp ? XL_TEAM_WARP : XL_TEAM_RANK, ByWarp ? XL_TEAM_NWARPS : XL_TEAM_THREADS};
@@ -1341,11 +1332,11 @@ XL_DEVICE void xl_lane_err_finish(XlErr& err, int32_t key, XlLaneErr first) {
 // (emit_cpp.py), so that loop's exit barrier already separates them. Writes, Touches: what the
 // loop may write and touch (a cluster team's entry barrier after a loop in every block alike:
 // xl_team_loop); by default, anything.
-template <bool ByWarp, bool EntrySync = true, int Spread = XL_SPREAD_BY_WARP, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
           typename Body>
 XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body body) {
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-    const XlTeamLoop mine = xl_team_loop<ByWarp, EntrySync, Spread, Writes, Touches>((int64_t)hi - lo);
+    const XlTeamLoop mine = xl_team_loop<ByWarp, EntrySync, Pools, Writes, Touches>((int64_t)hi - lo);
     for (int64_t i = (int64_t)lo + mine.start; i < (int64_t)hi; i += mine.stride) {
         XlErr e = {0, 0, 0};
         body((int32_t)i, e);
@@ -1356,14 +1347,14 @@ XL_DEVICE void xl_lanes(XlErr& err, int32_t key, int32_t lo, int32_t hi, Body bo
 
 // A lanes loop versioned on its range (ranges.py): `fast` (the same on every thread of the
 // team) picks the body without the checks proved for that range.
-template <bool ByWarp, bool EntrySync = true, int Spread = XL_SPREAD_BY_WARP, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+template <bool ByWarp, bool EntrySync = true, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
           typename Body>
 XL_DEVICE void xl_lanes_v(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Body body) {
     if (fast)
-        xl_lanes<ByWarp, EntrySync, Spread, Writes, Touches>(err, key, lo, hi,
+        xl_lanes<ByWarp, EntrySync, Pools, Writes, Touches>(err, key, lo, hi,
                                                             [&](int32_t i, XlErr& e) { body(XlCheck<false>{}, i, e); });
     else
-        xl_lanes<ByWarp, EntrySync, Spread, Writes, Touches>(err, key, lo, hi,
+        xl_lanes<ByWarp, EntrySync, Pools, Writes, Touches>(err, key, lo, hi,
                                                             [&](int32_t i, XlErr& e) { body(XlCheck<true>{}, i, e); });
 }
 
@@ -1443,7 +1434,7 @@ constexpr int xl_group_rows_per_tile() {
     return r;
 }
 
-template <bool EntrySync, int K, int G, bool Split, int Spread = XL_SPREAD_BY_WARP, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
+template <bool EntrySync, int K, int G, bool Split, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
           typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
                                 Grouped grouped, Rows rows) {
@@ -1451,11 +1442,11 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
     constexpr bool has_rows = !XlSame<Rows, XlNone>::value && XL_ROWS_MAX > 0;
     const bool many = (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
     if (!fast || (!(has_grouped && many) && !has_rows)) {
-        xl_lanes_v<true, EntrySync, Spread, Writes, Touches>(err, key, lo, hi, fast, checked);
+        xl_lanes_v<true, EntrySync, Pools, Writes, Touches>(err, key, lo, hi, fast, checked);
         return;
     }
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
-    const XlTeamLoop mine = xl_team_loop<true, EntrySync, Spread, Writes, Touches>((int64_t)hi - lo);
+    const XlTeamLoop mine = xl_team_loop<true, EntrySync, Pools, Writes, Touches>((int64_t)hi - lo);
     const int32_t start = (int32_t)mine.start, stride = (int32_t)mine.stride;
     if constexpr (has_grouped) {
         if (many) {
