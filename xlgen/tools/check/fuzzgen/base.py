@@ -24,6 +24,7 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
         self.pool_rows_rng = random.Random(f"pool rows {seed}")
         self.runs_rng = random.Random(f"reduction runs {seed}")
         self.matvec_rng = random.Random(f"matvec sums {seed}")
+        self.page_rng = random.Random(f"page sums {seed}")
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs

@@ -232,6 +232,9 @@ class StatementGen:
         ctx.lanes, ctx.lane_scope = offsets, len(ctx.scopes) - 1
         ctx.loops += 1
         body = self.rows_head(ctx, var, ind + 1, length) if self.shape_rng.random() < 0.5 else []
+        readable = [p for p in self.pools_of(ctx, "f32") + self.pools_of(ctx, "i32") if p.name not in offsets]
+        if readable and self.page_rng.random() < 0.3:  # a stream of its own: older seeds unchanged
+            body += self.page_sum(ctx, self.page_rng.choice(readable), ind + 1)
         body += self.block(ctx, self.rng.randrange(1, 5), 1, ind + 1)
         for a in written:  # every written array gets at least one store
             value = self.expr(ctx, a.type.elem, 2)
@@ -245,6 +248,28 @@ class StatementGen:
         ctx.lanes, ctx.lane_scope = saved
         self.pop(ctx)
         return [f"{pad}lanes for {var} in {lo}..{hi} {{", *body, f"{pad}}}"]
+
+    def page_sum(self, ctx: Ctx, pool: Pool, ind: int) -> list[str]:
+        """A local summed in turn over one page of a pool, as attention's scores are (`score += q[j]
+        * kv[pg, h * 32 + j, s % 16]` for j in 0..32): an inner loop whose variable moves the other
+        indices, the page the same in every step, so the C++ emitter checks the page once before the
+        loop (emit_cpp._page_checked_once); mostly under `if OWNER[page] == req_id`, else NOT_OWNER
+        (or INDEX, a page out of range) from the hoisted check. The local is then readable."""
+        pad = "    " * ind
+        page = self.page_index(ctx, pool.dims[0])  # (before the loop's names exist: it reads neither)
+        acc, var = self.new_local(ctx, "acc"), self.new_local(ctx, "j")
+        steps = self.page_rng.choice([16, 32, 5])
+        start = self.literal(pool.elem).text
+        self.push(ctx, {var: Sym(var, "i32", mutable=False, loop_range=(0, steps - 1))})
+        indices = [page] + [f"(({var} + {self.page_rng.randrange(d)}) % {d})" if self.page_rng.random() < 0.7
+                            else str(self.page_rng.randrange(d)) for d in pool.dims[1:]]
+        term = self.expr(ctx, pool.elem, 0).text
+        self.pop(ctx)
+        loop = [f"for {var} in 0..{steps} {{", f"    {acc} += {term} * {pool.name}[{', '.join(indices)}]", "}"]
+        if self.page_rng.random() < 0.7:
+            loop = [f"if {self.owner}[{page}] == req_id {{", *("    " + line for line in loop), "}"]
+        ctx.scopes[-1][acc] = Sym(acc, pool.elem, mutable=True)
+        return [f"{pad}let {acc} = {start}", *(pad + line for line in loop)]
 
     def pool_row_store(self, ctx: Ctx, pool: Pool, lane_dim: int, offsets: dict, ind: int) -> list[str]:
         """An iteration writing a row of its own elements, as the real pair's K/V store does
