@@ -37,20 +37,14 @@ def phase_marks(rounds: int) -> str:
     """The cycles per round of each phase-2 mark of the last run, by stage and mark."""
     import cupy
 
-    address = gpu.compile_module(compiled).module.get_global_var("xl_prof")
-    memory = cupy.cuda.UnownedMemory(address, 1024 * 8, None)
-    prof = cupy.ndarray((1024,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    from xlgen.tools.measure import phase2
+
+    prof = phase2.counters(gpu.compile_module(compiled).module)
     counts = prof.get()
     prof.fill(0)
     cupy.cuda.Device().synchronize()
     names = {s.index: s.name for s in compiled.program.stages}
-    out = []
-    for mark in np.nonzero(counts)[0]:
-        stage, part = divmod(int(mark), 32)
-        what = {0: "guards/turns", 30: "settle", 31: "traces"}.get(part) or (
-            f"segment {(part - 1) // 2}" if part % 2 else f"collectives {(part - 2) // 2}")  # a group (ir.collective_groups)
-        out.append(f"    {names.get(stage, stage)}.{what}: {counts[mark] / max(rounds, 1):,.0f} cycles/round")
-    return "\n".join(out)
+    return "\n".join(f"    {what}: {cycles:,.0f} cycles/round" for what, cycles in phase2.per_round(counts, names, rounds))
 
 
 def workload(kv_pool=None, policy="asbs", acceptance=0.9, eviction_policy=0):

@@ -33,12 +33,11 @@ def main() -> int:
     os.environ["XLGEN_NVRTC_OPTIONS"] = (os.environ.get("XLGEN_NVRTC_OPTIONS", "") + " -DXL_PROFILE_PHASE2").strip()
 
     import cupy
-    import numpy as np
-
     import real_bench as rb
     from xlgen.backends.build import load
     from xlgen.runtime import gpu
     from xlgen.runtime.sim import LaunchConfig
+    from xlgen.tools.measure import phase2
 
     rp = rb.rp
     warps, _, blocks = args.team.partition("x")
@@ -50,11 +49,8 @@ def main() -> int:
     costs, catchup, accept = rb.load_costs(args.costs, [args.batch]) if args.costs else ({}, {}, {})
     variants = dict(rb.mega_variants(binding, [], ("cost",), costs.get(args.batch), catchup.get(args.batch),
                                      accept.get(args.batch)))
-    module = gpu.compile_module(compiled, **team).module
-    memory = cupy.cuda.UnownedMemory(module.get_global_var("xl_prof"), 1024 * 8, None)
-    prof = cupy.ndarray((1024,), dtype=cupy.uint64, memptr=cupy.cuda.MemoryPointer(memory, 0))
-    names = {s.index: s.name for s in compiled.program.stages if s.is_collective}  # (a mark: stage * 32 + part)
-    parts = {0: "guards", 30: "settle", 31: "traces"}
+    prof = phase2.counters(gpu.compile_module(compiled, **team).module)
+    names = {s.index: s.name for s in compiled.program.stages if s.is_collective}
     for name in ("mega plain", "mega cost"):
         inputs = rp.request_inputs(prompts, args.n, binding)
         params = rp.launch_params(compiled.sim_module(), weights, variants[name])
@@ -63,13 +59,10 @@ def main() -> int:
         prof.fill(0)
         cupy.cuda.Device().synchronize()
         result = gpu.run(compiled, params, inputs, config, **team)
-        counts = prof.get().astype(np.int64)
         print(f"== {name}, {len(prompts)} prompts x {args.n} tokens, {args.batch} at a time: kernel "
               f"{result.extra['timing'].kernel_ms:.2f} ms, {result.rounds} rounds; cycles per round")
-        for mark in np.nonzero(counts)[0]:
-            stage, part = divmod(int(mark), 32)
-            what = parts.get(part) or (f"segment {(part - 1) // 2}" if part % 2 else f"collectives {(part - 2) // 2}")
-            print(f"  {names.get(stage, stage)}.{what}: {counts[mark] / max(result.rounds, 1):,.0f}")
+        for what, cycles in phase2.per_round(prof.get(), names, result.rounds):
+            print(f"  {what}: {cycles:,.0f}")
     return 0
 
 

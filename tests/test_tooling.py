@@ -499,3 +499,23 @@ def test_the_example_is_canonically_formatted_and_checks_cleanly():
     assert result.exit_code == 0, result.output
     result = invoke("check", "--werror", EXAMPLE / "token_budget.xl")
     assert result.exit_code == 0, result.output
+
+
+def test_phase2_counters_are_named_by_stage_and_part():
+    """scripts/profile_kv_rounds.py and scripts/real_phase2.py name -DXL_PROFILE_PHASE2's counters
+    (xl_prof[stage * 32 + part]) through xlgen.tools.measure.phase2; its length is the runtime's."""
+    from xlgen.runtime.gpu import single_source
+    from xlgen.tools.measure import phase2
+
+    names = {3: "kv_manage", 8: "cost_batch"}
+    assert phase2.mark_name(3 * 32, names) == "kv_manage.guards"
+    assert phase2.mark_name(3 * 32 + 1, names) == "kv_manage.segment 0"
+    assert phase2.mark_name(3 * 32 + 4, names) == "kv_manage.collectives 1"
+    assert phase2.mark_name(8 * 32 + 30, names) == "cost_batch.settle"
+    assert phase2.mark_name(9 * 32 + 31, names) == "9.traces"
+    counts = np.zeros(phase2.COUNTERS, dtype=np.uint64)
+    counts[[8 * 32 + 2, 3 * 32 + 3]] = [1000, 500]
+    assert phase2.per_round(counts, names, 10) == [("kv_manage.segment 1", 50.0), ("cost_batch.collectives 0", 100.0)]
+    runtime = single_source(load(Path(__file__).resolve().parents[1] / "stages" / "xl_spec.xl"))
+    assert f"__device__ unsigned long long xl_prof[{phase2.COUNTERS}];" in runtime
+    assert f"&xl_prof[(mark) & {phase2.COUNTERS - 1}]" in runtime
