@@ -469,7 +469,7 @@ class CppEmitter:
         (st,) = s.body
         if not (isinstance(st, ir.Assign) and st.target.kind == ir.LOCAL and st.index is None):
             return None
-        loads = [x for x in _subexpressions(st.value) if isinstance(x, ir.PoolLoad)]
+        loads = [x for x in ranges.subexpressions(st.value) if isinstance(x, ir.PoolLoad)]
         if (len(loads) != 1 or not any(x is loads[0] for x in _always_evaluated(st.value))
                 or grouping.locals_read(loads[0].indices[0]) & {s.var, st.target.name}):
             return None
@@ -1048,15 +1048,6 @@ def state_mask(names_: set[str]) -> str:
     for name in names_:
         bits |= 1 << (POOLS_BIT if name.startswith("pool ") else zlib.crc32(name.encode()) % POOLS_BIT)
     return f"0x{bits:08x}u"
-
-
-def _subexpressions(e: ir.Expr):
-    """`e` and every expression inside it."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        yield x
-        stack.extend(ranges.children(x))
 
 
 def _always_evaluated(e: ir.Expr):

@@ -78,14 +78,7 @@ def _split(s: ir.Stmt, var: str) -> tuple[str, int] | None:
 
 def locals_read(e: ir.Expr) -> set[str]:
     """The locals an expression reads."""
-    out: set[str] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ir.Var) and x.kind == ir.LOCAL:
-            out.add(x.name)
-        stack.extend(ranges.children(x))
-    return out
+    return {x.name for x in ranges.subexpressions(e) if isinstance(x, ir.Var) and x.kind == ir.LOCAL}
 
 
 def _simple(e: ir.Expr, pools: bool = False) -> bool:

@@ -376,6 +376,15 @@ def children(e):
         yield from getattr(e, name, ())
 
 
+def subexpressions(e):
+    """`e` and every expression inside it."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
+
+
 def _assigned_locals(body) -> set[str]:
     return {s.target.name for s in ir.statements(body)
             if isinstance(s, (ir.Assign, ir.Accumulate)) and s.target.kind == ir.LOCAL}
