@@ -12,6 +12,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
     PROCS=1 python3 scripts/fuzz_many.py ...                   # only programs using procs (~22% of them)
     POOL_ROWS=1 python3 scripts/fuzz_many.py ...               # only programs whose lanes loops write a row
                                                                # of a pool per iteration (~6% of them)
+    RAGGED=1 python3 scripts/fuzz_many.py ...                  # only programs with a weight-once tile whose sums
+                                                               # stop each on its own, or whose elements may fail
     PARTS=1 python3 scripts/fuzz_many.py ...                   # only programs whose tiles hoist several parts
                                                                # or a pool read's page (grouping.invariant_parts)
     PAGE_ONCE=1 python3 scripts/fuzz_many.py ...               # only programs with a loop whose pool page is
@@ -41,6 +43,7 @@ from multiprocessing import Pool
 # A tile's shared parts: several (a struct), or a pool read's checked page alone (emit_cpp._tile_sums).
 HOISTED_PARTS = re.compile(r"xl_[wac]\.p\d|-> int32_t \{ [^}]*return xl_pool_page")
 POOL_ROW = re.compile(r"for \w+ in 0\.\.[23] \{\n(\s+if own\d+\[.*\] == req_id \{\n)?\s+pl\d+\[")
+RAGGED_TILE = re.compile(r"const auto xl_hi = \[&\]\(int32_t xl_ri, int32_t xl_g\)|xl_sum_tile<\w+, xl_R, \d+, true>")
 
 
 def one(seed: int):
@@ -64,6 +67,8 @@ def one(seed: int):
         compiled = load_text(case.source, name="fuzz.xl")
         source = gpu.single_source(compiled)
         if os.environ.get("GROUPED") == "1" and "xl_sum_tile<" not in source:
+            return seed, None, pools, False
+        if os.environ.get("RAGGED") == "1" and not RAGGED_TILE.search(source):
             return seed, None, pools, False
         if os.environ.get("ROWS") == "1" and "xl_sum_rows<" not in source:
             return seed, None, pools, False

@@ -145,9 +145,11 @@ def test_what_is_not_grouped():
     split = "        let t = e / K\n        let i = e % K\n"
     assert plan_of("    lanes for e in 0..n * K {\n" + split
                    + "        let a = sum(j in 0..40: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") != [None]
-    # a sum whose range depends on the position
+    # a sum whose start depends on the position (its stop may: each sum of a tile stops on its own)
     assert plan_of("    lanes for e in 0..n * K {\n" + split
-                   + "        let a = sum(j in 0..t + 1: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") == [None]
+                   + "        let a = sum(j in t..40: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") == [None]
+    assert plan_of("    lanes for e in 0..n * K {\n" + split
+                   + "        let a = sum(j in 0..t + 1: w[i, j] * x[t * 40 + j])\n        y[e] = a\n    }\n") != [None]
     # no split of the loop variable
     assert plan_of("    lanes for e in 0..n * K {\n"
                    + "        let a = sum(j in 0..40: w[e % K, j])\n        y[e] = a\n    }\n") == [None]
@@ -596,8 +598,12 @@ def test_gpu_a_loops_pool_page_checked_once_equals_the_simulator(team_warps):
 
 def test_the_real_pairs_matrix_vector_passes_are_grouped():
     code = kernel(load("stages/byte_spec.xl"))
-    # target: qkv, wo, up, down, the LM head; draft: qkv, wo, up, down
-    assert len(re.findall(r"xl_lanes_grouped<(true|false), \d+, 9, true[,>]", code)) == 9
+    # target: qkv, wo, up, down, the LM head, attention's weighted sum of V rows; draft: qkv, wo,
+    # up, down, the weighted sum of V rows
+    assert len(re.findall(r"xl_lanes_grouped<(true|false), \d+, 9, true[,>]", code)) == 11
+    # (the weighted sum: each V element read once for a tile's positions, each its own causal stop,
+    # a tile whose owner check failed run again an iteration at a time)
+    assert code.count("if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, ") == 2
     # ... and those, the draft's LM head (one position), each model's three norms (a loop over
     # positions of one sum each) and its attention's weighted sum of V rows (a sum over the KV
     # pool: its elements may fail, the owner check) run in tiles of rows when the pass has few
@@ -631,6 +637,118 @@ def test_tiles_of_36_sums_cpu_equals_the_simulator():
 @pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
 def test_gpu_tiles_of_36_sums_equal_the_simulator(team_warps):
     agrees(load_text(PASS9, "passes9.xl"), weights(), inputs_for(CASES9 * 3, 9), team_warps)
+
+
+# Tiles whose sums stop each on their own or whose elements may fail are grouped on the GPU with
+# -DXL_GROUP_CHECKED=1 (by default they take the rows path there: xl_runtime.cuh, the real pair's
+# measurement); the CPU build groups them.
+GROUP_CHECKED = "-DXL_GROUP_CHECKED=1"
+
+# A sum whose stop reads the row (`0..40 - i`): each sum of a tile stops on its own (xl_hi(xl_ri,
+# xl_g)); the grouped path once did not compile it (the row is not known for the whole tile).
+ROW_STOP = PASS9.replace("let a = sum(j in 0..40: w[i, j] * x[t * 40 + j])",
+                         "let a = sum(j in 0..40 - i * 3: w[i, j] * x[t * 40 + j])")
+
+
+def test_a_stop_reading_the_row_cpu_equals_the_simulator():
+    compiled = load_text(ROW_STOP, "row_stop.xl")
+    assert "const auto xl_hi = [&](int32_t xl_ri, int32_t xl_g) -> int32_t {" in kernel(compiled)
+    want = agrees(compiled, weights(), inputs_for(CASES9, 9))
+    assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {1, 5, 6, 8}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps,options", [(1, GROUP_CHECKED), (4, GROUP_CHECKED), ((4, 2), GROUP_CHECKED), (4, "")])
+def test_gpu_a_stop_reading_the_row_equals_the_simulator(team_warps, options, monkeypatch):
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
+    agrees(load_text(ROW_STOP, "row_stop.xl"), weights(), inputs_for(CASES9 * 3, 9), team_warps)
+
+
+# Attention's weighted sum of V over a pass of several positions, in miniature: each position's
+# sum stops at its own causal bound (lo + t + 1), reads V rows from the pool through a page
+# table (the page checked once per element for the tile: xl_c; the V element once for the tile's
+# positions: xl_w) and the attention weight att[row * CTX + s] once for the tile's rows (row = t *
+# 2 + i / HEAD: xl_a). From position `bad` on a request reads page `other` instead: another's
+# (NOT_OWNER) or past the pool (INDEX); the tile then runs an iteration at a time.
+CAUSAL = """pipeline causal
+const PAGE_T: i32 = 4
+const D: i32 = 64
+const HEAD: i32 = 32
+const P: i32 = 9
+const CTX: i32 = 12
+pool kv: f32[24, D, PAGE_T] owned by page_owner
+shared {
+    page_owner: i32[24] = -1
+}
+request {
+    table: i32[3] = -1
+    other: i32
+    bad: i32
+    lo: i32
+    n: i32
+    att: f32[P * 2 * CTX]
+    y: f32[P * D]
+    done_: bool
+}
+arbiter grant when table[0] == -1 {
+    for k in 0..3 {
+        page_owner[req_id * 3 + k] = req_id
+        table[k] = req_id * 3 + k
+    }
+}
+stage fill when table[0] >= 0 && !done_ {
+    lanes for i in 0..D {
+        for s in 0..CTX {
+            kv[table[s / PAGE_T], i, s % PAGE_T] = (s as f32) * 0.25 - (i as f32) * 0.125
+        }
+    }
+    lanes for e in 0..n * D {
+        let t = e / D
+        let i = e % D
+        let row = t * 2 + i / HEAD
+        let acc = sum(s in 0..lo + t + 1: att[row * CTX + s] * kv[s < bad ? table[s / PAGE_T] : other, i, s % PAGE_T])
+        y[e] = acc * 0.5
+    }
+    done_ = true
+}
+trace fill: y
+done when done_
+"""
+
+
+def causal_inputs(seed: int):
+    """(other, bad, lo, n): requests 1 (NOT_OWNER from s = 5), 2 (INDEX from s = 7, positions 5 on),
+    5 (10 positions: past att and y) and 7 (NOT_OWNER at s = 11, its last position only) fail."""
+    rng = np.random.default_rng(seed)
+    cases = [(0, 100, 0, 9), (1, 5, 3, 9), (99, 7, 2, 6), (0, 100, 1, 4), (0, 100, 3, 2), (5, 100, 0, 10),
+             (0, 100, 2, 7), (3, 11, 3, 9)]
+    return [{"other": other, "bad": bad, "lo": lo, "n": n, "att": rng.standard_normal(216).astype(np.float32).tolist()}
+            for other, bad, lo, n in cases]
+
+
+def test_attention_weighted_sum_is_grouped_cpu_equals_the_simulator():
+    compiled = load_text(CAUSAL, "causal.xl")
+    code = kernel(compiled)
+    assert "if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, xl_sums0," in code
+    assert "return xl_add(xl_add(r.lo, t), 1);" in code  # each position's own stop
+    # the page once per element for the tile, the V element once for its positions (the page by
+    # name), the attention weight once for its rows (row from the tile's first row)
+    assert re.search(r"\[&\]\(int32_t s, XlErr& err\) -> int32_t \{ \(void\)err; return xl_pool_page\(", code)
+    assert re.search(r"\[&\]\(int32_t xl_ri, int32_t s, \[\[maybe_unused\]\] int32_t xl_c, XlErr& err\) -> float \{ "
+                     r"\[\[maybe_unused\]\] const int32_t i = xl_row0 \+ xl_ri; \(void\)err; return p\.kv\[\(\(xl_c\)", code)
+    assert re.search(r"\[&\]\(int32_t xl_g, int32_t s, \[\[maybe_unused\]\] int32_t xl_c, XlErr& err\) -> float \{ "
+                     r"\[\[maybe_unused\]\] const int32_t t = xl_t0 \+ xl_g; \[\[maybe_unused\]\] const int32_t i = xl_row0; "
+                     r"\[\[maybe_unused\]\] const int32_t row = [^;]*; \(void\)err; return r\.att\[", code)
+    want = agrees(compiled, {}, causal_inputs(3))
+    assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {1, 2, 5, 7}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps,options", [(1, GROUP_CHECKED), (4, GROUP_CHECKED), (16, GROUP_CHECKED),
+                                                ((4, 2), GROUP_CHECKED), ((16, 2), GROUP_CHECKED), (4, ""), ((4, 2), "")])
+def test_gpu_attention_weighted_sum_grouped_equals_the_simulator(team_warps, options, monkeypatch):
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
+    agrees(load_text(CAUSAL, "causal.xl"), {}, causal_inputs(5), team_warps)
 
 
 def test_a_gain_is_read_once_per_tile():

@@ -536,6 +536,8 @@ class CppEmitter:
             k, size = (group.k, group.size) if group else (tiles.k or _rows_hint(s, bound), 1)
             fast = f"xl_lo >= 0 && xl_hi <= {limit}" if bound is not None else ("xl_lo >= 0" if split else "true")
             extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
+            if group and self._group_checked(s, group):  # ..., GroupChecked (an A/B switch: XL_GROUP_CHECKED)
+                extra = [pools, *masks, True]
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
                          f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
@@ -576,18 +578,26 @@ class CppEmitter:
 
     def _group_plan(self, s: ir.Lanes, group):
         """A plan of grouping.py (plan, rows_plan) whose head cannot fail on the fast path: its
-        lets and its sums' bounds never, the sums' elements at most in the checked copy (a tile
-        of rows may hold elements that fail: it then runs as the checked loop does)."""
+        lets and its sums' bounds never (the sums' elements may: a tile in which one did then
+        runs as the checked loop does)."""
         if group is None:
             return None
         self.fast = True
         try:
             ok = all(self.raises(x.value) == NEVER for x in group.lets) and all(
-                self.raises(r.start) == NEVER and self.raises(r.stop) == NEVER
-                and (isinstance(group, grouping.Rows) or self.raises(r.value) <= CHECKED_COPY) for r in group.sums)
+                self.raises(r.start) == NEVER and self.raises(r.stop) == NEVER for r in group.sums)
         finally:
             self.fast = False
         return group if ok else None
+
+    def _group_checked(self, s: ir.Lanes, group: grouping.Group) -> bool:
+        """Whether a weight-once tile holds a sum that stops on its own or whose elements may fail
+        (attention's weighted sum of V)."""
+        self.fast = True
+        try:
+            return any(group.ragged(r, s.var) or self.raises(r.value) == ALWAYS for r in group.sums)
+        finally:
+            self.fast = False
 
     def _head_lets(self, lets, inner: str) -> list[str]:
         """The head's lets (cannot fail: _group_plan), evaluated where the iteration's are."""
@@ -599,20 +609,22 @@ class CppEmitter:
         codes, err = self._parts_code([e], line)
         return codes[0], err
 
-    def _tile_sums(self, sums, hoists, depth: int, declare, run, which: str, lets, order=None) -> list[str]:
+    def _tile_sums(self, sums, hoists, depth: int, declare, run, which: str, lets, order=None, bounds=None) -> list[str]:
         """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
         runtime's `run(type, name, checked)` (xl_sum_tile, xl_sum_rows). `hoists`, in the order
         they are searched, (name, moving, params): the parts of the element the same for every
         iteration of the tile that differ only in `params` (grouping.invariant_parts; `moving`:
         the names that may differ), computed once per element as `name` (several: a struct,
-        `xl_w.p0` ...) by a lambda taking `params` (each a parameter and what it binds) and `j`.
+        `xl_w.p0` ...) by a lambda taking `params` (each a parameter, or None, and the names it
+        binds to a value) and `j`, after evaluating the head's lets `hoists` may name fourth.
         A later search skips the parts found before it; a later part holding one of the first's
         reads it by name (the later lambdas and the element take the first's value). A tile of
         rows has one: the activation, attention weight and page. A weight-once tile has three,
         passed in `order`: the part the same for every iteration (xl_c: a norm's gain), for every
         row (xl_a: the activation) and for every position (xl_w: the weight). Then the element for
-        iteration `which` (its parameters) after its `lets`. An element that may fail (`checked`:
-        a tile of rows only) reports into the runtime's `err`."""
+        iteration `which` (its parameters) after its `lets`. An element that may fail (`checked`)
+        reports into the runtime's `err`. `bounds(r, depth)`: the sum's xl_lo and xl_hi
+        (_lane_bounds: the same for every iteration)."""
         pad = IND * depth
         order = order or [h[0] for h in hoists]
         lines = []
@@ -620,19 +632,21 @@ class CppEmitter:
             t = cpp_ops.value_type(r.value.type)
             acc = f"xl_sums{k}"
             checked = self.raises(r.value) == ALWAYS
-            lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *self._lane_bounds(r, depth + 1)]
+            lines += [f"{pad}{declare(t, acc)};", f"{pad}{{", *(bounds or self._lane_bounds)(r, depth + 1)]
             j = names.cpp(r.var)
             skip, pres, types, names_of = set(), {}, {}, {}
-            for n, (name, moving, params) in enumerate(hoists):
+            for n, (name, moving, params, *head_lets) in enumerate(hoists):
                 # (a part that may fail only where the element may: else its checks would go unseen)
                 parts = [x for x in grouping.invariant_parts(r.value, moving, skip) if checked or self.raises(x) != ALWAYS]
-                skip |= {id(x.load if isinstance(x, grouping.PoolPage) else x) for x in parts}
-                taken = "".join(f"int32_t {v}, " for v, _ in params) + f"int32_t {j}"
-                taken += ", XlErr& err" if checked else ""  # checked: xl_shared_part
+                # (a checked page's read may be a later part, reading the page by name)
+                skip |= {id(x.load.indices[0] if isinstance(x, grouping.PoolPage) else x) for x in parts}
+                taken = "".join(f"int32_t {v}, " for v, _ in params if v) + f"int32_t {j}"
                 taken += f", [[maybe_unused]] {types[hoists[0][0]]} {hoists[0][0]}" if n else ""
+                taken += ", XlErr& err" if checked else ""  # checked: xl_shared_part
                 codes, pre_err = self._parts_code(parts, r.loc.line)  # (reading the earlier parts by name)
                 bound = "".join(f"[[maybe_unused]] const int32_t {names.cpp(b)} = {value}; "
                                 for v, (bind, value) in params for b in bind)
+                bound += "".join(x + " " for x in self._head_lets(head_lets[0], "")) if head_lets else ""
                 body = f"{bound}{'(void)err; ' if checked else pre_err}"
                 if len(parts) == 1:
                     types[name] = cpp_ops.value_type(parts[0].type)
@@ -698,8 +712,10 @@ class CppEmitter:
         """The fast path of a weight-once loop (xl_lanes_grouped): a tile of the iterations
         (xl_t0 + xl_g) * K + xl_row0 + xl_ri for xl_ri < xl_R rows and xl_g < xl_n positions. Their
         sums together (xl_sum_tile: the weight read once per element for all positions, the
-        activation once for all rows, each sum in the order of §13.2), then each iteration's
-        tail, its own error noted. Sum xl_s of a tile is row xl_s % xl_R of position xl_s / xl_R."""
+        activation once for all rows, each sum in the order of §13.2, up to its own stop), then
+        each iteration's tail, its own error noted. Sum xl_s of a tile is row xl_s % xl_R of
+        position xl_s / xl_R. False where an element failed (a pool's owner check): the tile then
+        runs as the checked loop does (xl_lanes_grouped)."""
         pad = IND * depth
         position, row = "xl_t0 + xl_g", "xl_row0 + xl_ri"
         size = f"xl_R * {g.size}"
@@ -718,14 +734,31 @@ class CppEmitter:
         # lanes by a transposed butterfly); else the warp runs each iteration's tail in turn.
         on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
         sums = (lambda t, acc: f"XlGroupSum<{t}, {size}> {acc}") if on_lanes else (lambda t, acc: f"{t} {acc}[{size}]")
+        # xl_a: the activation, the same for every row of the tile, with the lets the same over
+        # its rows (grouping.Rows.per_tile: `row = t * H + i / HEAD`) from its first row
+        per_tile = [x for x in g.lets if x.name in g.per_tile(s.var)]
         hoists = [("xl_c", g.per_row(s.var) | g.per_position(s.var), []),
-                  ("xl_a", g.per_row(s.var), [("xl_g", (g.positions, position))]),
+                  ("xl_a", g.per_row(s.var), [("xl_g", (g.positions, position)), (None, (g.rows if per_tile else (), "xl_row0"))],
+                   per_tile),
                   ("xl_w", g.per_position(s.var), [("xl_ri", (g.rows, row))])]
         each = ["[[maybe_unused]] const int32_t xl_ri = xl_s % xl_R;", "[[maybe_unused]] const int32_t xl_g = xl_s / xl_R;"]
+
+        def bounds(r: ir.Reduce, inner: int) -> list[str]:
+            """A stop that reads the iteration (attention's causal range): xl_hi(xl_ri, xl_g)."""
+            if not g.ragged(r, s.var):
+                return self._lane_bounds(r, inner)
+            p = IND * inner
+            return [f"{p}const int32_t xl_lo = {self.statement_expr(r.start, r.loc.line)};",
+                    f"{p}const auto xl_hi = [&](int32_t xl_ri, int32_t xl_g) -> int32_t {{", *iteration_lets(p + IND),
+                    f"{p}{IND}return {self.expr(r.stop)};", f"{p}}};"]
+
+        def run(t: str, acc: str, checked: bool) -> str:
+            return (f"{'if (' if checked else ''}xl_sum_tile<{t}, xl_R, {g.size}{', true' if checked else ''}>"
+                    f"(xl_lo, xl_hi, xl_n, {acc},")
+
         try:
-            lines += self._tile_sums(g.sums, hoists, depth, sums,
-                                     lambda t, acc, _: f"xl_sum_tile<{t}, xl_R, {g.size}>(xl_lo, xl_hi, xl_n, {acc},",
-                                     "int32_t xl_ri, int32_t xl_g", iteration_lets, order=["xl_w", "xl_a", "xl_c"])
+            lines += self._tile_sums(g.sums, hoists, depth, sums, run, "int32_t xl_ri, int32_t xl_g", iteration_lets,
+                                     order=["xl_w", "xl_a", "xl_c"], bounds=bounds)
             if on_lanes:
                 lines.append(f"{pad}xl_group_tails<{size}>(xl_n * xl_R, [&](int32_t xl_s) {{")
                 lines += [f"{pad}{IND}{x}" for x in each] + iteration_lets(pad + IND)
@@ -739,6 +772,7 @@ class CppEmitter:
                 lines += [f"{pad}{IND}{x}" for x in each] + iteration_lets(pad + IND)
                 lines += self._tile_tail(s, g.sums, g.tail, depth + 1, "[xl_s]", "XL_ITER_STORE")
                 lines.append(f"{pad}}}")
+            lines.append(f"{pad}return true;")
         finally:
             self.bail, self.field_store, self.fast = saved
         return lines

@@ -23,15 +23,16 @@ row's sum in lanes of its own, and each row's tail runs on one of them.
 
 `plan(lanes, bound)` says whether a loop has the first shape: its body starts with lets that
 split the loop variable by one constant K (`e / K`, the position; `e % K`, the row), lets
-computed from those alone (`row = t * H + i / HEAD`), then sums whose bounds read no local of
-the body but the row (so they are the same for every position) and whose elements read only
-those lets, the loop variable, the sum's own variable and names from outside the loop; the rest
-of the body (the tail) is arbitrary and runs per position afterwards. Only the fast path of a
-versioned loop (`bound`: its range within 0..bound-1) is grouped, a group holding at most
-ceil(bound / K) positions. `rows_plan(lanes)` says whether a loop has the second: the same
-head (with or without a split; bounds reading no local but the position), elements that may
-read pools (a tile whose elements failed runs again as the checked loop does), and a tail
-without reductions.
+computed from those alone (`row = t * H + i / HEAD`), then sums whose start reads no local of
+the body (the same for every iteration: lane l's elements are l, l + 32, ... from it), whose stop
+may read the head (attention's causal `0..lo + t + 1`: each sum of a tile adds its own elements
+only) and whose elements read only those lets, the loop variable, the sum's own variable, names
+from outside the loop and pools (an element that fails fails its tile, which then runs an
+iteration at a time); the rest of the body (the tail) is arbitrary and runs per iteration
+afterwards. Only the fast path of a versioned loop (`bound`: its range within 0..bound-1) is
+grouped, a group holding at most ceil(bound / K) positions. `rows_plan(lanes)` says whether a
+loop has the second: the same head (with or without a split; bounds reading no local but the
+position), elements that may read pools, and a tail without reductions.
 """
 
 from __future__ import annotations
@@ -43,25 +44,6 @@ from . import ranges
 
 MAX_GROUP = 16  # positions per group: one accumulator each per sum, in registers
 TILE_ROWS_MAX = 32  # rows per tile of rows at most (xl_rows_per_tile: a power of two <= 32)
-
-
-@dataclass(frozen=True)
-class Group:
-    k: int  # rows: the loop variable is position * k + row
-    size: int  # positions per group (G)
-    positions: tuple[str, ...]  # lets holding `var / k`
-    rows: tuple[str, ...]  # lets holding `var % k`
-    lets: tuple[ir.Let, ...]  # lets computed from them, per position
-    sums: tuple[ir.Reduce, ...]  # the head's sums, in order
-    tail: tuple[ir.Stmt, ...]  # the rest of the body, per position
-
-    def per_position(self, var: str) -> set[str]:
-        """Names whose value differs between the positions of a tile."""
-        return _moving(self.lets, {var, *self.positions})
-
-    def per_row(self, var: str) -> set[str]:
-        """Names whose value differs between the rows of a tile."""
-        return _moving(self.lets, {var, *self.rows})
 
 
 def _split(s: ir.Stmt, var: str) -> tuple[str, int] | None:
@@ -129,6 +111,26 @@ class Rows:
         return same
 
 
+@dataclass(frozen=True)
+class Group(Rows):
+    """As plan gives it, a loop over position x row whose fast path may run a tile of R rows x up
+    to `size` positions (xl_lanes_grouped's grouped path): each weight read once for the tile's
+    positions, each activation once for its rows. Its sums' stops may differ between the
+    iterations of a tile (attention's causal `0..lo + t + 1`): each sum adds its own elements
+    only. Elements that may fail (a pool's owner check) fail the tile, which then runs an
+    iteration at a time, as a tile of rows does."""
+
+    size: int = 1  # positions per group (G)
+
+    def per_position(self, var: str) -> set[str]:
+        """Names whose value differs between the positions of a tile."""
+        return _moving(self.lets, {var, *self.positions})
+
+    def ragged(self, r: ir.Reduce, var: str) -> bool:
+        """Whether sum `r` stops at a bound that differs between the iterations of a tile."""
+        return bool(locals_read(r.stop) & _moving(self.lets, {var, *self.positions, *self.rows}))
+
+
 def _reads_rows_only_over(e: ir.Expr, rows: set[str], unit: int) -> bool:
     """Whether `e` reads the locals `rows` only as `row / C`, C an i32 constant multiple of `unit`."""
     if (isinstance(e, ir.Binary) and e.op == "/" and isinstance(e.left, ir.Var) and e.left.name in rows
@@ -146,10 +148,12 @@ def _moving(lets: tuple[ir.Let, ...], names: set[str]) -> set[str]:
     return set(names) | {x.name for x in lets}
 
 
-def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Rows | None:
+def _head(s: ir.Lanes, ragged: bool) -> Rows | None:
     """The loop's head, or None (two different splits). The sums' elements read only the head's
-    lets, the loop variable, their own variable and names from outside the loop; their bounds
-    read no local of the body but the split's `bounds_may_read` ("rows" or "positions")."""
+    lets, the loop variable, their own variable and names from outside the loop (pools too: a
+    tile whose element failed runs again as the checked loop does). Their bounds read no local
+    of the body but the positions (a tile of rows: one position), or (`ragged`: a weight-once
+    tile) a start the same for every iteration and a stop that may read the whole head."""
     body = list(s.body)
     k = None
     positions, rows = [], []
@@ -167,18 +171,20 @@ def _head(s: ir.Lanes, bounds_may_read: str, pools: bool) -> Rows | None:
            and not (locals_read(body[0].value) - head_names) & body_locals):
         head_names.add(body[0].name)
         lets.append(body.pop(0))
-    may_read = set(rows if bounds_may_read == "rows" else positions)
+    may_start = set() if ragged else set(positions)
+    may_stop = set(head_names) if ragged else set(positions)
     sums = []
     while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
         r = body[0]
-        # bounds the same for every iteration of a tile: no local of the body but those allowed
-        # (never an earlier sum, which differs per iteration: fuzz seed 4103995)
-        if (locals_read(r.start) | locals_read(r.stop)) & ((body_locals | {s.var}) - may_read):
+        # a start the same for every iteration of a tile, a stop too but where ragged: no local of
+        # the body but those allowed (never an earlier sum, which the tile computes: fuzz seed 4103995)
+        if (locals_read(r.start) & ((body_locals | {s.var}) - may_start)
+                or locals_read(r.stop) & ((body_locals | {s.var}) - may_stop)):
             break
         # elements read the head, their own variable and names from outside the loop only
         if (locals_read(r.value) - {r.var} - head_names) & body_locals:
             break
-        if not (_simple(r.value, pools) and _simple(r.start) and _simple(r.stop)):
+        if not (_simple(r.value, pools=True) and _simple(r.start) and _simple(r.stop)):
             break
         sums.append(body.pop(0))
     return Rows(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(body))
@@ -188,13 +194,13 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
     """The weight-once part of a loop over position x row (a row's positions together)."""
     if bound is None or not s.by_warp:
         return None
-    head = _head(s, "rows", pools=False)
+    head = _head(s, ragged=True)
     if head is None or head.k is None or not head.sums:
         return None
     size = min(-(-bound // head.k), MAX_GROUP)
     if size < 2:
         return None
-    return Group(head.k, size, head.positions, head.rows, head.lets, head.sums, head.tail)
+    return Group(head.k, head.positions, head.rows, head.lets, head.sums, head.tail, size)
 
 
 def rows_plan(s: ir.Lanes) -> Rows | None:
@@ -202,7 +208,7 @@ def rows_plan(s: ir.Lanes) -> Rows | None:
     body starts with such sums: its fast path, or the whole loop where nothing needs a check)."""
     if not s.by_warp:
         return None
-    head = _head(s, "positions", pools=True)
+    head = _head(s, ragged=False)
     if head is None or not head.sums or any(isinstance(x, ir.Reduce) for x in ir.statements(head.tail)):
         return None
     return head
@@ -226,7 +232,9 @@ def invariant_parts(e: ir.Expr, moving: set[str], skip: set[int] = frozenset()) 
     whose other indices are not (PoolPage: the page index's checks and the owner check once for
     the tile's rows). A part that may fail fails the tile, which then runs an iteration at a
     time (xl_shared_part), so hoisting it cannot change which error an iteration reports.
-    Subexpressions whose id is in `skip` (another hoist's parts) are neither taken nor searched."""
+    Subexpressions whose id is in `skip` (another hoist's parts; for a checked page, its page
+    index: the read itself may still be taken, its page read by name) are neither taken nor
+    searched."""
     found: list = []
 
     def reads_memory(x) -> bool:
@@ -240,7 +248,8 @@ def invariant_parts(e: ir.Expr, moving: set[str], skip: set[int] = frozenset()) 
                 found.append(x)
             return
         if isinstance(x, ir.PoolLoad) and not (locals_read(x.indices[0]) & moving):
-            found.append(PoolPage(x))
+            if id(x.indices[0]) not in skip:  # (else an earlier hoist checked the page)
+                found.append(PoolPage(x))
             for c in x.indices[1:]:
                 visit(c)
             return

@@ -1416,6 +1416,17 @@ constexpr int xl_rows_per_tile() {
 #ifndef XL_GROUP_ROWS
 #define XL_GROUP_ROWS 4
 #endif
+// A loop whose tiles' sums stop each on its own or whose elements may fail (attention's weighted
+// sum of V: GroupChecked in xl_lanes_grouped) takes the rows path on the GPU unless
+// -DXL_GROUP_CHECKED=1. Measured with the real pair on an H200 (docs/benchmarks.md, twenty-first
+// session): grouped, the 16 x 8 team's 9-position weighted sum of V took 14,400 cycles where the
+// rows path took 22,100, but the kernel's register allocation around it cost plain greedy 2% and
+// ASBS gained nothing; in a team of one block the 9-position pass took 4% longer. The CPU build
+// groups them (each sum of a tile computed alone: the same bits), so that its tests and the
+// fuzzer check the grouped path.
+#ifndef XL_GROUP_CHECKED
+#define XL_GROUP_CHECKED (!XL_ON_GPU)
+#endif
 // How far a lane's elements of a tile of several rows are unrolled: its R * G accumulators take
 // the registers (the real pair's 9-position pass, 4 x 9, took 419 us unrolled by 4, spilling; 365
 // by 1; 354 by 2, the default).
@@ -1435,12 +1446,13 @@ constexpr int xl_group_rows_per_tile() {
 }
 
 template <bool EntrySync, int K, int G, bool Split, bool Pools = false, uint32_t Writes = ~0u, uint32_t Touches = ~0u,
-          typename Checked, typename Grouped, typename Rows>
+          bool GroupChecked = false, typename Checked, typename Grouped, typename Rows>
 XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi, bool fast, Checked checked,
                                 Grouped grouped, Rows rows) {
     constexpr bool has_grouped = !XlSame<Grouped, XlNone>::value;
     constexpr bool has_rows = !XlSame<Rows, XlNone>::value && XL_ROWS_MAX > 0;
-    const bool many = (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
+    const bool many = (!GroupChecked || XL_GROUP_CHECKED)
+                      && (int64_t)hi - lo > (int64_t)(XL_GROUP_MIN_POSITIONS - 1) * K;
     if (!fast || (!(has_grouped && many) && !has_rows)) {
         xl_lanes_v<true, EntrySync, Pools, Writes, Touches>(err, key, lo, hi, fast, checked);
         return;
@@ -1451,19 +1463,30 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
     if constexpr (has_grouped) {
         if (many) {
             constexpr int R = xl_group_rows_per_tile<K, G>();
+            // grouped(...) is false where an element of the tile's sums failed: its iterations then
+            // run one at a time, as on the fast path of xl_lanes_v, and fail there as they must.
+            auto tile = [&](auto rows, int32_t row0, int32_t t0, int32_t n) {
+                if (grouped(rows, row0, t0, n, first)) return;
+                for (int32_t g = 0; g < n; ++g)
+                    for (int32_t r = 0; r < decltype(rows)::value; ++r) {
+                        XlErr e = {0, 0, 0};
+                        checked(XlCheck<false>{}, (t0 + g) * K + row0 + r, e);
+                        xl_lane_err_note(first, (t0 + g) * K + row0 + r, e);
+                    }
+            };
             if (R > 1 && lo % K == 0 && hi % K == 0) {  // whole positions: tiles of R rows x G positions
                 constexpr int32_t tiles = K / R;      // per group of positions
                 const int32_t t_first = lo / K, t_end = hi / K, groups = (t_end - t_first + G - 1) / G;
                 for (int32_t q = start; q < tiles * groups; q += stride) {
                     const int32_t t0 = t_first + (q / tiles) * G;
-                    grouped(XlInt<R>{}, (q % tiles) * R, t0, t_end - t0 < G ? t_end - t0 : G, first);
+                    tile(XlInt<R>{}, (q % tiles) * R, t0, t_end - t0 < G ? t_end - t0 : G);
                 }
             } else {  // a row at a time, each its own positions (lo >= 0 on the fast path)
                 for (int32_t row = start; row < K; row += stride) {
                     const int32_t t_first = lo > row ? (lo - row + K - 1) / K : 0;
                     const int32_t t_end = hi > row ? (hi - row + K - 1) / K : 0;
                     for (int32_t t0 = t_first; t0 < t_end; t0 += G)
-                        grouped(XlInt<1>{}, row, t0, t_end - t0 < G ? t_end - t0 : G, first);
+                        tile(XlInt<1>{}, row, t0, t_end - t0 < G ? t_end - t0 : G);
                 }
             }
             xl_team_err_finish(err, key, first);
@@ -1676,72 +1699,125 @@ struct XlGroupSum {
 #endif
 };
 
-// The sums of a weight-once tile (xl_lanes_grouped): R rows times n <= G positions, over the same
-// j range, sum s = g * R + r (position g, row r) being sum(j in lo..hi: elem(r, g, j, w(r, j, c(j)),
-// a(g, j, c(j)), c(j))), each in the order of xl_reduce_sum (lane l adds elements l, l + 32, ...
-// then the butterfly). c(j) -- the part the same for every iteration of the tile (a norm's gain)
-// -- is read once per element, w(r, j, c) -- the part the same for every position (the weight) --
-// once for all positions, a(g, j, c) -- the part the same for every row (the activation, its
-// normalisation) -- once for all rows. No element can fail (emit_cpp.py groups only such sums).
-// Into out[s] for every lane (a tail that the warp runs), or into an XlGroupSum (a tail that runs
-// on a lane: xl_group_tails).
-template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
-XL_DEVICE void xl_tile_partials(int32_t lo, int32_t hi, int32_t n, T (&acc)[R * G], W& w, A& a, C& c, Elem& elem) {
+// A part of a tile's element, x(args...); with Check, x(args..., err), which may fail (an index
+// the checker could not prove, a pool's owner check): `failed` then says so.
+template <bool Check, typename X, typename... Args>
+XL_DEVICE auto xl_shared_part(bool& failed, X& x, Args... args) {
+    if constexpr (Check) {
+        XlErr e = {0, 0, 0};
+        const auto v = x(args..., e);
+        failed |= e.code != 0;
+        return v;
+    } else {
+        return x(args...);
+    }
+}
+
+// A weight-once tile's stop: the same for every sum (an int), or sum (r, g)'s own, hi(r, g).
+XL_HD int32_t xl_tile_stop(int32_t hi, int32_t, int32_t) { return hi; }
+template <typename Hi>
+XL_HD int32_t xl_tile_stop(Hi& hi, int32_t r, int32_t g) { return hi(r, g); }
+
+// The sums of a weight-once tile (xl_lanes_grouped): R rows times n <= G positions, from the same
+// lo, sum s = g * R + r (position g, row r) being sum(j in lo..hi(r, g): elem(r, g, j, w(r, j,
+// c(j)), a(g, j, c(j)), c(j))), each in the order of xl_reduce_sum (lane l adds elements l, l +
+// 32, ... then the butterfly). c(j) -- the part the same for every iteration of the tile (a norm's
+// gain, a pool read's checked page) -- is read once per element, w(r, j, c) -- the part the same
+// for every position (the weight, a V row) -- once for all positions, a(g, j, c) -- the part the
+// same for every row (the activation, its normalisation, an attention weight) -- once for all
+// rows; each only where some sum holding it has element j. `hi` is an int, or (a stop that reads
+// the iteration: attention's causal range) hi(r, g). Check: elements may fail; every one is
+// evaluated (one that failed read safe substitutes) and false says one did (the tile then runs
+// an iteration at a time: xl_lanes_grouped). Into out[s] for every lane (a tail that the warp
+// runs), or into an XlGroupSum (a tail that runs on a lane: xl_group_tails).
+template <typename T, int R, int G, bool Check, typename Hi, typename W, typename A, typename C, typename Elem>
+XL_DEVICE bool xl_tile_partials(int32_t lo, Hi& hi, int32_t n, T (&acc)[R * G], W& w, A& a, C& c, Elem& elem) {
+    bool failed = false;
 #if XL_ON_GPU
+    constexpr bool ragged = !XlSame<Hi, int32_t>::value;  // each sum its own stop
+    int32_t stop[R * G], row_stop[R], position_stop[G], end = xl_tile_stop(hi, 0, 0);
+    if constexpr (ragged) {
+        end = lo;
+#pragma unroll
+        for (int r = 0; r < R; ++r) row_stop[r] = lo;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            position_stop[g] = lo;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                stop[g * R + r] = g < n ? xl_tile_stop(hi, r, g) : lo;
+                position_stop[g] = xl_max(position_stop[g], stop[g * R + r]);
+                row_stop[r] = xl_max(row_stop[r], stop[g * R + r]);
+            }
+            end = xl_max(end, position_stop[g]);
+        }
+    }
 #pragma unroll
     for (int s = 0; s < R * G; ++s) acc[s] = xl_sum_identity<T>();
     // unrolled: several elements' loads in flight at once (a 9-position pass measured 540 -> 453
     // us on an H100 with one row a warp, team 32; docs/benchmarks.md); with several rows less
     // (XL_TILE_UNROLL)
     XL_PRAGMA(unroll (R == 1 ? 4 : XL_TILE_UNROLL))
-    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-        const auto cj = c((int32_t)j);
-        decltype(w(0, 0, cj)) wr[R];
+    for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)end; j += 32) {
+        const auto cj = xl_shared_part<Check>(failed, c, (int32_t)j);
+        decltype(xl_shared_part<Check>(failed, w, 0, 0, cj)) wr[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) wr[r] = w(r, (int32_t)j, cj);
+        for (int r = 0; r < R; ++r)
+            if (!ragged || j < row_stop[r]) wr[r] = xl_shared_part<Check>(failed, w, r, (int32_t)j, cj);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            if (g < n) {
-                const auto ag = a(g, (int32_t)j, cj);
+            if (g < n && (!ragged || j < position_stop[g])) {
+                const auto ag = xl_shared_part<Check>(failed, a, g, (int32_t)j, cj);
 #pragma unroll
                 for (int r = 0; r < R; ++r)
-                    acc[g * R + r] = xl_sum_add(acc[g * R + r], elem(r, g, (int32_t)j, wr[r], ag, cj));
+                    if (!ragged || j < stop[g * R + r])
+                        acc[g * R + r] = xl_sum_add(acc[g * R + r], xl_shared_part<Check>(failed, elem, r, g, (int32_t)j, wr[r], ag, cj));
             }
         }
     }
+    if (Check) failed = __any_sync(0xFFFFFFFFu, failed);
 #endif
+    return !failed;
 }
 
-// The CPU build: each sum on its own, by xl_reduce_sum (the same bits).
-template <typename T, int R, typename W, typename A, typename C, typename Elem>
-XL_DEVICE T xl_tile_sum_alone(int32_t lo, int32_t hi, int32_t s, W& w, A& a, C& c, Elem& elem) {
+// The CPU build: each sum on its own, by xl_reduce_sum (the same bits); false where an element failed.
+template <typename T, int R, bool Check, typename Hi, typename W, typename A, typename C, typename Elem>
+XL_DEVICE bool xl_tile_sum_alone(int32_t lo, Hi& hi, int32_t s, T& out, W& w, A& a, C& c, Elem& elem) {
     XlErr e = {0, 0, 0};
     const int32_t r = s % R, g = s / R;
-    return xl_reduce_sum<T, false>(e, 1, lo, hi, [&](int32_t j, XlErr&) -> T {
-        const auto cj = c(j);
-        return elem(r, g, j, w(r, j, cj), a(g, j, cj), cj);
+    out = xl_reduce_sum<T, Check>(e, 1, lo, xl_tile_stop(hi, r, g), [&](int32_t j, [[maybe_unused]] XlErr& ee) -> T {
+        if constexpr (Check) {  // (a shared part's error fails the element too)
+            const auto cj = c(j, ee);
+            return elem(r, g, j, w(r, j, cj, ee), a(g, j, cj, ee), cj, ee);
+        } else {
+            const auto cj = c(j);
+            return elem(r, g, j, w(r, j, cj), a(g, j, cj), cj);
+        }
     });
+    return !(Check && e.code);
 }
 
-template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
-XL_DEVICE void xl_sum_tile(int32_t lo, int32_t hi, int32_t n, T (&out)[R * G], W w, A a, C c, Elem elem) {
+template <typename T, int R, int G, bool Check = false, typename Hi, typename W, typename A, typename C, typename Elem>
+XL_DEVICE bool xl_sum_tile(int32_t lo, Hi hi, int32_t n, T (&out)[R * G], W w, A a, C c, Elem elem) {
 #if XL_ON_GPU
-    xl_tile_partials<T, R, G>(lo, hi, n, out, w, a, c, elem);
+    if (!xl_tile_partials<T, R, G, Check>(lo, hi, n, out, w, a, c, elem)) return false;
 #pragma unroll
     for (int s = 0; s < R * G; ++s)
         if (s < n * R)
             for (int k = 16; k >= 1; k >>= 1) out[s] = xl_sum_add(out[s], __shfl_xor_sync(0xFFFFFFFFu, out[s], k));
 #else
-    for (int32_t s = 0; s < n * R; ++s) out[s] = xl_tile_sum_alone<T, R>(lo, hi, s, w, a, c, elem);
+    for (int32_t s = 0; s < n * R; ++s)
+        if (!xl_tile_sum_alone<T, R, Check>(lo, hi, s, out[s], w, a, c, elem)) return false;
 #endif
+    return true;
 }
 
-template <typename T, int R, int G, typename W, typename A, typename C, typename Elem>
-XL_DEVICE void xl_sum_tile(int32_t lo, int32_t hi, int32_t n, XlGroupSum<T, R * G>& out, W w, A a, C c, Elem elem) {
+template <typename T, int R, int G, bool Check = false, typename Hi, typename W, typename A, typename C, typename Elem>
+XL_DEVICE bool xl_sum_tile(int32_t lo, Hi hi, int32_t n, XlGroupSum<T, R * G>& out, W w, A a, C c, Elem elem) {
 #if XL_ON_GPU
     constexpr int P = XlGroupSum<T, R * G>::P;
     T acc[R * G];
-    xl_tile_partials<T, R, G>(lo, hi, n, acc, w, a, c, elem);
+    if (!xl_tile_partials<T, R, G, Check>(lo, hi, n, acc, w, a, c, elem)) return false;
     T first[P];
 #pragma unroll
     for (int s = 0; s < P; ++s) first[s] = acc[s];
@@ -1754,8 +1830,10 @@ XL_DEVICE void xl_sum_tile(int32_t lo, int32_t hi, int32_t n, XlGroupSum<T, R * 
         out.rest[q] = x;
     }
 #else
-    for (int32_t s = 0; s < n * R; ++s) out.v[s] = xl_tile_sum_alone<T, R>(lo, hi, s, w, a, c, elem);
+    for (int32_t s = 0; s < n * R; ++s)
+        if (!xl_tile_sum_alone<T, R, Check>(lo, hi, s, out.v[s], w, a, c, elem)) return false;
 #endif
+    return true;
 }
 
 // Each sum's tail of a tile (XlGroupSum), s < n: on the GPU sum s < P on the first lane holding
@@ -1778,26 +1856,13 @@ XL_DEVICE void xl_group_tails(int32_t n, Tail tail) {
 
 // A tile's sums (xl_lanes_grouped's rows path), one sum of each of its rows rlo <= r < rhi over the
 // same j range: sum(j in lo..hi: elem(r, j, x(j))), x(j) -- the part the same for every row (the
-// activation) -- read once per element. On the GPU a lane keeps a partial of every row, adding
-// elements l, l + 32, ... in order as xl_reduce_sum does, with the rows' loads in flight together;
-// then a transposed butterfly (xl_transposed_sum) leaves row r's sum in lanes r * 32 / R ... The CPU
-// build computes each row's sum with xl_reduce_sum: the same bits. Check: elements may fail; every
-// one is evaluated (one that failed read safe substitutes) and false says one did (the tile then
-// runs an iteration at a time: xl_lanes_grouped).
-// The part of a tile's element the same for every row, x(j); with Check, x(j, err), which may fail
-// (an index the checker could not prove): `failed` then says so.
-template <bool Check, typename X>
-XL_DEVICE auto xl_shared_part(X& x, int32_t j, bool& failed) {
-    if constexpr (Check) {
-        XlErr e = {0, 0, 0};
-        const auto v = x(j, e);
-        failed |= e.code != 0;
-        return v;
-    } else {
-        return x(j);
-    }
-}
-
+// activation; with Check x(j, err): xl_shared_part) -- read once per element. On the GPU a lane
+// keeps a partial of every row, adding elements l, l + 32, ... in order as xl_reduce_sum does, with
+// the rows' loads in flight together; then a transposed butterfly (xl_transposed_sum) leaves row
+// r's sum in lanes r * 32 / R ... The CPU build computes each row's sum with xl_reduce_sum: the
+// same bits. Check: elements may fail; every one is evaluated (one that failed read safe
+// substitutes) and false says one did (the tile then runs an iteration at a time:
+// xl_lanes_grouped).
 // How far a lane's elements of a rows tile are unrolled (R rows' loads each; an A/B switch): by 2
 // the real pair's plain greedy was 5.8% slower at batch 1 (H200, docs/benchmarks.md).
 #ifndef XL_ROWS_UNROLL
@@ -1812,7 +1877,7 @@ XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlR
     for (int r = 0; r < R; ++r) acc[r] = xl_sum_identity<T>();
     XL_PRAGMA(unroll XL_ROWS_UNROLL)
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
-        const auto xj = xl_shared_part<Check>(x, (int32_t)j, failed);
+        const auto xj = xl_shared_part<Check>(failed, x, (int32_t)j);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rlo && r < rhi) {

@@ -25,6 +25,7 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
         self.runs_rng = random.Random(f"reduction runs {seed}")
         self.matvec_rng = random.Random(f"matvec sums {seed}")
         self.page_rng = random.Random(f"page sums {seed}")
+        self.stop_rng = random.Random(f"sum stops {seed}")
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs

@@ -313,8 +313,14 @@ class StatementGen:
             lines.append(f"{pad}let {name} = " + form.format(t=row, c=col))
             ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
+        # now and then (a stream of its own) a stop that reads the position or the row, as
+        # attention's causal `0..lo + t + 1` (a weight-once tile's sums then stop each on its own)
+        stop = str(length)
+        if self.stop_rng.random() < 0.3:
+            stop = self.stop_rng.choice(["min({t} + 1, {n})", "min({t} * 5 + 3, {n})", "min({c} * 2 + 1, {n})",
+                                         "min({n} - {c}, {n})"]).format(t=row, c=col, n=length)
         for _ in range(self.rng.randrange(1, 4)):
-            lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", str(length), (0, length - 1)))
+            lines += self.reduction(ctx, ind, op="sum", t=t, bounds=("0", stop, (0, length - 1)))
         if self.matvec_rng.random() < 0.4:  # a stream of its own: older seeds unchanged
             lines += self.matvec_sum(ctx, row, col, ind)
         return lines
