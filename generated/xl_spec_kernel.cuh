@@ -574,7 +574,7 @@ XL_DEVICE bool guard_prefill(XlErr& err, const Request& r, const Shared& sh, con
     return (xl_eq(r.state, ReqState::PREFILL_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
-XL_DEVICE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+XL_STAGE XlErr stage_prefill(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     XL_LINE_START();
     if (r.kv_borrowed > 0) {
@@ -618,7 +618,7 @@ XL_DEVICE bool guard_decode(XlErr& err, const Request& r, const Shared& sh, cons
     return (xl_eq(r.state, ReqState::DECODE_READY) && (r.kv_ready || (!p.kv_cache)));
 }
 
-XL_DEVICE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+XL_STAGE XlErr stage_decode(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     XL_LINE_START();
     [[maybe_unused]] int32_t pos = xl_add(r.prompt_len, r.n_out);
@@ -645,7 +645,7 @@ XL_DEVICE bool guard_spec_verify(XlErr& err, const Request& r, const Shared& sh,
     return xl_eq(r.state, ReqState::VERIFY_READY);
 }
 
-XL_DEVICE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+XL_STAGE XlErr stage_spec_verify(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     XL_LINE_START();
     [[maybe_unused]] int32_t pos = xl_add(r.prompt_len, r.n_out);
@@ -700,7 +700,7 @@ XL_DEVICE bool guard_commit(XlErr& err, const Request& r, const Shared& sh, cons
     return xl_eq(r.state, ReqState::COMMIT_READY);
 }
 
-XL_DEVICE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+XL_STAGE XlErr stage_commit(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     XL_LINE_START();
     [[maybe_unused]] bool finished = false;
@@ -749,7 +749,7 @@ XL_DEVICE bool guard_kv_plan(XlErr& err, const Request& r, const Shared& sh, con
     return p.kv_cache;
 }
 
-XL_DEVICE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
+XL_STAGE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int32_t req_id) {
     XlErr err = {0, 0, 0};
     XL_LINE_START();
     [[maybe_unused]] int32_t pt = xl_max(p.page_tokens, 1);

@@ -31,6 +31,14 @@ typedef unsigned short uint16_t;
 #define XL_COLD inline
 #define XL_ON_GPU 0
 #endif
+// A per-request stage's function: inlined into the kernel, or with -DXL_STAGE_CALLS=1 a function
+// of its own, whose registers are allocated apart from the other stages' within the kernel's
+// budget (an A/B switch: docs/benchmarks.md, twenty-first session).
+#if XL_ON_GPU && defined(XL_STAGE_CALLS) && XL_STAGE_CALLS
+#define XL_STAGE __device__ __noinline__
+#else
+#define XL_STAGE XL_DEVICE
+#endif
 
 #if XL_ON_GPU  // NVRTC has no __builtin_huge_valf / __builtin_nanf
 #define XL_INF (__int_as_float(0x7F800000))
