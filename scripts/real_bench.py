@@ -196,11 +196,13 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
     kernel: float | None = 0.0
     rounds = 0
     note = []
+    teams = []  # each group's team (the runtime chooses by the group's requests: a short last group may differ)
     for group in groups(prompts, batch):
         inputs = rp.request_inputs(group, n_new, binding)
         first = runner(params, inputs, batch)  # warm-up
         got = rp.committed_tokens(program, first.result)
         timed = [runner(params, inputs, batch) for _ in range(repeats)]
+        teams.append((runner.chosen, runner.chosen_blocks))
         if any(rp.committed_tokens(program, t.result) != got for t in timed):
             note.append(f"answers changed between runs of {', '.join(p.name for p in group)}")
         b, m = best_and_median([t.wall_ms for t in timed])
@@ -213,13 +215,16 @@ def bench_mega(runner: MegaRunner, variant: str, params: dict, prompts: list[rp.
         failed = [rec for rec in timed[-1].result.records if rec[2] == 0xFFFFFFFF]
         if failed:
             note.append(f"{len(failed)} request(s) failed")
+    teams = teams or [(runner.chosen, runner.chosen_blocks)]
+    if len(set(teams)) > 1 and runner.backend == "gpu":
+        note.append("teams per group: " + ", ".join(f"{w}x{b}" if b and b > 1 else str(w) for w, b in teams))
     steps = sum(s.steps for s in stats)
     proposed = None if any(s.proposed is None for s in stats) else sum(s.proposed for s in stats)
     accepted = sum(int(s.accepted.sum()) for s in stats)
     tokens = sum(len(a) for a in answers)
     row = Row(variant, batch, len(prompts), len(groups(prompts, batch)), tokens, best, median,
-              team_warps=runner.chosen if runner.backend == "gpu" else None,
-              team_blocks=runner.chosen_blocks if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
+              team_warps=teams[0][0] if runner.backend == "gpu" else None,
+              team_blocks=teams[0][1] if runner.backend == "gpu" else None, call_ms=call, kernel_ms=kernel,
               rounds=rounds, verify_steps=steps, tokens_per_step=tokens / steps if steps else None,
               acceptance=accepted / proposed if proposed else None,
               equal_plain=equal_count(answers, plain) if plain is not None else "", note="; ".join(note))
