@@ -1405,15 +1405,19 @@ template <int N> struct XlInt { static constexpr int value = N; };
 template <typename A, typename B> struct XlSame { static constexpr bool value = false; };
 template <typename A> struct XlSame<A, A> { static constexpr bool value = true; };
 
-// Rows per tile for K rows: a power of two, as many as give every warp of the team a tile.
-// K 0: unknown (the most).
+// Rows per tile for K rows: a power of two, as many as give every warp of the team a tile (of a
+// cluster team: every warp of every block, so K = 128 rows make tiles of one row in a team of 16
+// x 8). -DXL_ROWS_WARPS=N sizes them for N warps instead (an A/B switch).
+#ifndef XL_ROWS_WARPS
+#define XL_ROWS_WARPS XL_TEAM_NWARPS
+#endif
 template <int K>
 #if XL_ON_GPU
 __host__ __device__
 #endif
 constexpr int xl_rows_per_tile() {
     int r = 1;
-    while (2 * r <= XL_ROWS_MAX && 2 * r <= 32 && (K == 0 || 2 * r * XL_TEAM_NWARPS <= K)) r *= 2;
+    while (2 * r <= XL_ROWS_MAX && 2 * r <= 32 && (K == 0 || 2 * r * XL_ROWS_WARPS <= K)) r *= 2;
     return r;
 }
 
