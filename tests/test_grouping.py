@@ -445,6 +445,20 @@ def test_which_lets_are_the_same_over_a_tile():
     assert per_tile("i % 2") == set()
 
 
+# A request granted page req_id of the pool, each column c of its row i filled with i / 4 - c - req_id
+# (PAGE_ROWS and SCORES read it).
+OWN_PAGE_FILLED = """arbiter grant when !granted {
+    page_owner[req_id] = req_id
+    granted = true
+}
+stage fill when granted && !done_ {
+    lanes for i in 0..D {
+        for c in 0..4 {
+            kv[req_id, i, c] = (i as f32) * 0.25 - (c as f32) - (req_id as f32)
+        }
+    }
+"""
+
 PAGE_ROWS = """pipeline page_rows
 const PAGES: i32 = 8
 const D: i32 = 64
@@ -461,17 +475,7 @@ request {
     granted: bool
     done_: bool
 }
-arbiter grant when !granted {
-    page_owner[req_id] = req_id
-    granted = true
-}
-stage fill when granted && !done_ {
-    lanes for i in 0..D {
-        for c in 0..4 {
-            kv[req_id, i, c] = (i as f32) * 0.25 - (c as f32) - (req_id as f32)
-        }
-    }
-    # attention's weighted sum of V: position s in page pages[s / 4], column s % 4
+""" + OWN_PAGE_FILLED + """    # attention's weighted sum of V: position s in page pages[s / 4], column s % 4
     lanes for e in 0..n * D {
         let t = e / D
         let i = e % D
@@ -539,17 +543,7 @@ request {
     granted: bool
     done_: bool
 }
-arbiter grant when !granted {
-    page_owner[req_id] = req_id
-    granted = true
-}
-stage fill when granted && !done_ {
-    lanes for i in 0..D {
-        for c in 0..4 {
-            kv[req_id, i, c] = (i as f32) * 0.25 - (c as f32) - (req_id as f32)
-        }
-    }
-    lanes for e in 0..2 * 16 {
+""" + OWN_PAGE_FILLED + """    lanes for e in 0..2 * 16 {
         let s = e % 16
         let hd = e / 16
         let score = 0.0
