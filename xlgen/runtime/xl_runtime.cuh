@@ -1472,19 +1472,20 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
     XlLaneErr first = {XL_NO_INDEX, {0, 0, 0}};
     const XlTeamLoop mine = xl_team_loop<true, EntrySync, Pools, Writes, Touches>((int64_t)hi - lo);
     const int32_t start = (int32_t)mine.start, stride = (int32_t)mine.stride;
+    // A tile whose sums' elements failed (grouped(...) or rows(...) false) runs its iterations one
+    // at a time, as on the fast path of xl_lanes_v, where they fail as they must.
+    auto one_at_a_time = [&](int32_t i) {
+        XlErr e = {0, 0, 0};
+        checked(XlCheck<false>{}, i, e);
+        xl_lane_err_note(first, i, e);
+    };
     if constexpr (has_grouped) {
         if (many) {
             constexpr int R = xl_group_rows_per_tile<K, G>();
-            // grouped(...) is false where an element of the tile's sums failed: its iterations then
-            // run one at a time, as on the fast path of xl_lanes_v, and fail there as they must.
             auto tile = [&](auto rows, int32_t row0, int32_t t0, int32_t n) {
                 if (grouped(rows, row0, t0, n, first)) return;
                 for (int32_t g = 0; g < n; ++g)
-                    for (int32_t r = 0; r < decltype(rows)::value; ++r) {
-                        XlErr e = {0, 0, 0};
-                        checked(XlCheck<false>{}, (t0 + g) * K + row0 + r, e);
-                        xl_lane_err_note(first, (t0 + g) * K + row0 + r, e);
-                    }
+                    for (int32_t r = 0; r < decltype(rows)::value; ++r) one_at_a_time((t0 + g) * K + row0 + r);
             };
             if (R > 1 && lo % K == 0 && hi % K == 0) {  // whole positions: tiles of R rows x G positions
                 constexpr int32_t tiles = K / R;      // per group of positions
@@ -1507,15 +1508,9 @@ XL_DEVICE void xl_lanes_grouped(XlErr& err, int32_t key, int32_t lo, int32_t hi,
     }
     if constexpr (has_rows) {
         constexpr int R = xl_rows_per_tile<K>();
-        // rows(...) is false where an element of the tile's sums failed: its iterations then run
-        // one at a time, as on the fast path of xl_lanes_v, and fail there as they must.
         auto tile = [&](int32_t t, int32_t row0, int32_t base, int32_t rlo, int32_t rhi) {
             if (rows(XlInt<R>{}, t, row0, rlo, rhi, first)) return;
-            for (int32_t i = base + rlo; i < base + rhi; ++i) {
-                XlErr e = {0, 0, 0};
-                checked(XlCheck<false>{}, i, e);
-                xl_lane_err_note(first, i, e);
-            }
+            for (int32_t i = base + rlo; i < base + rhi; ++i) one_at_a_time(i);
         };
         if constexpr (Split) {  // tiles within a position (lo >= 0 on the fast path)
             constexpr int32_t tiles = (K + R - 1) / R;  // per position
