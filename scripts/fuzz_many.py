@@ -18,6 +18,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # or a pool read's page (grouping.invariant_parts)
     PAGE_ONCE=1 python3 scripts/fuzz_many.py ...               # only programs with a loop whose pool page is
                                                                # checked once before it (emit_cpp._page_checked_once)
+    PRELUDES=1 python3 scripts/fuzz_many.py ...                # only programs whose tiles compute a position's
+                                                               # reductions and lets first (grouping.Rows.preludes)
     RUNS=1 python3 scripts/fuzz_many.py ...                    # only programs with reductions side by side
                                                                # taken in one pass (ir.reduction_runs)
     COLLECTIVES=1 python3 scripts/fuzz_many.py ...             # only programs with a collective stage (~70%:
@@ -43,12 +45,15 @@ from multiprocessing import Pool
 # A tile's shared parts: several (a struct), or a pool read's checked page alone (emit_cpp._tile_sums).
 HOISTED_PARTS = re.compile(r"xl_[wac]\.p\d|-> int32_t \{ [^}]*return xl_pool_page")
 POOL_ROW = re.compile(r"for \w+ in 0\.\.[23] \{\n(\s+if own\d+\[.*\] == req_id \{\n)?\s+pl\d+\[")
+# A tile's preludes (emit_cpp._preludes): the tile's own error record.
+PRELUDE = "[[maybe_unused]] XlErr err = {0, 0, 0};"
 RAGGED_TILE = re.compile(r"const auto xl_hi = \[&\]\(int32_t xl_ri, int32_t xl_g\)|xl_sum_tile<\w+, xl_R, \d+, true>")
 
 
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, RUNS=1, PARTS=1, PAGE_ONCE=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, RUNS=1, PARTS=1, PAGE_ONCE=1,
+    PRELUDES=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -77,6 +82,8 @@ def one(seed: int):
         if os.environ.get("PARTS") == "1" and not HOISTED_PARTS.search(source):
             return seed, None, pools, False
         if os.environ.get("PAGE_ONCE") == "1" and "const int32_t xl_page" not in source:
+            return seed, None, pools, False
+        if os.environ.get("PRELUDES") == "1" and PRELUDE not in source:
             return seed, None, pools, False
         problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","), compiled=compiled)
         return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools, True

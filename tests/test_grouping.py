@@ -121,8 +121,8 @@ def test_the_pass_is_grouped_with_the_weight_read_once():
     assert re.search(r"xl_lanes_grouped<true, 8, 5, true(, false, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
     assert code.count("xl_sum_tile<float, xl_R, 5>(xl_lo, xl_hi, xl_n, ") == 3
     # and with fewer positions, a tile of rows of one position: the activation read once per
-    # element for every row, each row's tail on its own lane
-    assert code.count("xl_sum_rows<float, xl_R, false>") == 3
+    # element for every row, each row's tail on its own lane; a and b (one range) in one pass
+    assert code.count("xl_sum_rows<float, xl_R, false, 2>(") == 1 and code.count("xl_sum_rows<float, xl_R, false, 1>(") == 1
     assert "return xl_fmul(p.w[(xl_idx_v(xl_chk, err, 1, " in code and ", xl_w);" in code
     assert "xl_rows_tails<xl_R>(xl_rlo, xl_rhi, [&](int32_t xl_ri) {" in code
     assert "XL_LANE_STORE(r.z[xl_i], xl_v);" in code  # a row's tail stores on its lane
@@ -164,6 +164,19 @@ def test_what_is_not_grouped():
     # a sum reading a local of the body other than the split
     assert plan_of("    lanes for e in 0..n * K {\n" + split + "        let a = sum(j in 0..40: w[i, j])\n"
                    + "        let b = sum(j in 0..40: w[i, j] * a)\n        y[e] = b\n    }\n")[0].sums[0].name == "a"
+    # preludes: what reads the position but no row, before the sums (Rows.preludes); not one the
+    # body assigns (a tile holds one value for its rows), nor one reading the row, nor a run of
+    # them with no sum after it (the loop's sums are then those of old)
+    def preludes_and_sums(body: str) -> tuple[list[str], list[str]]:
+        head = plan_of("    lanes for e in 0..n * K {\n" + split + body + "        y[e] = a\n    }\n")[0]
+        return [x.name for x in head.preludes], [r.name for r in head.sums]
+
+    norm = "        let s = sum(j in 0..40: x[t * 40 + j] * x[t * 40 + j])\n        let m = rsqrt(s)\n"
+    a = "        let a = sum(j in 0..40: w[i, j] * (x[t * 40 + j] * m))\n"
+    assert preludes_and_sums(norm + a) == (["s", "m"], ["a"])
+    assert preludes_and_sums(norm + a + "        m = 1.0\n") == ([], ["s"])  # (then no sum: s is one)
+    assert preludes_and_sums("        let m = sum(j in 0..40: x[t * 40 + j] * (i as f32))\n" + a) == ([], ["m"])
+    assert preludes_and_sums("        let a = sum(j in 0..40: x[t * 40 + j])\n") == ([], ["a"])
     # not versioned (no bound): a grouped loop's fast path is the only one grouped
     loop = lanes_loops(load_text(PASS, "passes.xl"))[0]
     assert grouping.plan(loop, None) is None and grouping.plan(loop, 8) is None  # one position per group
@@ -234,7 +247,7 @@ def test_rows_without_a_split_cpu_equals_the_simulator():
     compiled = load_text(ROWS, "rows.xl")
     code = kernel(compiled)
     assert re.search(r"xl_lanes_grouped<true, 40, 1, false(, false, 0x\w+, 0x\w+)?>\(err, 1, xl_lo, xl_hi, xl_lo >= 0 && xl_hi <= 40,", code)
-    assert code.count("xl_sum_rows<float, xl_R, false>") == 2
+    assert code.count("xl_sum_rows<float, xl_R, false, 1>(") == 2  # (two ranges)
     want = agrees(compiled, *rows_launch(3, ROWS_CASES))
     errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
     assert errors == {3, 4, 5, 7}, errors  # a failing tail (3, 4); ranges past the arrays (5, 7)
@@ -287,7 +300,7 @@ def rows_pool_inputs(seed: int):
 
 def test_rows_reading_a_pool_cpu_equals_the_simulator():
     compiled = load_text(ROWS_POOL, "rows_pool.xl")
-    assert "if (xl_sum_rows<float, xl_R, true>(" in kernel(compiled)
+    assert "if (xl_sum_rows<float, xl_R, true, 2>(" in kernel(compiled)
     want = agrees(compiled, {}, rows_pool_inputs(11))
     errors = {int(r[0]): int(r[4]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
     # NOT_OWNER (1 reads page 0, 2 page 1, 4 page 2, 6 page 4 at rows >= 20), INDEX (5 reads page 8;
@@ -361,7 +374,7 @@ def head_lets_launch():
 def test_lets_between_the_split_and_the_sums():
     compiled = load_text(HEAD_LETS, "head_lets.xl")
     code = kernel(compiled)
-    assert code.count("xl_sum_rows<") == 2 and code.count("xl_sum_tile<") == 2
+    assert code.count("xl_sum_rows<float, xl_R, false, 2>(") == 1 and code.count("xl_sum_tile<") == 2
     assert "const int32_t u = xl_mul(t, 40);" in code
     want = agrees(compiled, *head_lets_launch())
     assert len(want.errors()) == 1  # n = 6: y past its end
@@ -425,7 +438,8 @@ def test_a_let_the_same_over_a_tile_of_rows_is_read_once_per_element():
     # declared once per tile from its first row, and the weight read in the shared part, which
     # reports its failures (xl_shared_part)
     assert "[[maybe_unused]] const int32_t i = xl_row0;" in code
-    assert re.search(r"\[&\]\(int32_t s, XlErr& err\) -> float \{ \(void\)err; return r\.att\[", code)
+    assert re.search(r"\[&\]\(int32_t xl_j, XlErr& err\) -> float \{ \[\[maybe_unused\]\] const int32_t s = xl_j; "
+                     r"\(void\)err; return r\.att\[", code)
     want = agrees(compiled, {}, head_rows_inputs(3))
     # request 3 reads past att (n = 4: rows 32.. of position 3), request 4 another's page first
     assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {3, 4}
@@ -595,15 +609,23 @@ def test_the_real_pairs_matrix_vector_passes_are_grouped():
     # target: qkv, wo, up, down, the LM head, attention's weighted sum of V rows; draft: qkv, wo,
     # up, down, the weighted sum of V rows
     assert len(re.findall(r"xl_lanes_grouped<(true|false), \d+, 9, true[,>]", code)) == 11
-    # (the weighted sum: each V element read once for a tile's positions, each its own causal stop,
-    # a tile whose owner check failed run again an iteration at a time)
-    assert code.count("if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, ") == 2
-    # ... and those, the draft's LM head (one position), each model's three norms (a loop over
-    # positions of one sum each) and its attention's weighted sum of V rows (a sum over the KV
-    # pool: its elements may fail, the owner check) run in tiles of rows when the pass has few
-    # positions
-    assert code.count("xl_rows_tails<xl_R>") == 18
-    assert code.count("if (xl_sum_rows<float, xl_R, true>(") == 2
+    # (the weighted sum and the sum of weights beside it: each V element read once for a tile's
+    # positions, each its own causal stop, a tile whose owner or index check failed run again an
+    # iteration at a time)
+    assert code.count("if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, ") == 4
+    # ... and those and the draft's LM head (one position) run in tiles of rows when the pass has
+    # few positions; q, k and v in one pass (their input read once); the weighted sum of V rows (a
+    # sum over the KV pool: its elements may fail, the owner check) and the sum of weights (an
+    # index check) in one pass, checked, the attention weight read once for both
+    assert code.count("xl_rows_tails<xl_R>") == 12
+    assert code.count("xl_sum_rows<float, xl_R, false, 3>(") == 2
+    assert code.count("if (xl_sum_rows<float, xl_R, true, 2>(") == 2
+    # the RMS norms where the q/k/v, MLP-up and LM-head sums read them: once per position of a tile
+    # (preludes), in both kinds of tile
+    # (each model: the iteration, the rows path and the weight-once tile of three loops; not the
+    # draft's LM head, one position, so no weight-once tile)
+    assert len(re.findall(r"float n(_\d+)? = xl_b_rsqrt\(err, ", code)) == 2 * 3 * 3 - 1
+    assert len(re.findall(r"xl_pre_n(_\d+)?\[xl_g\] = n(_\d+)?;", code)) == 5
 
 
 def test_cpu_build_equals_the_simulator():
@@ -785,6 +807,73 @@ def test_gpu_rows_without_a_split_equal_the_simulator(team_warps):
     """Tiles of 16, 8 and 2 rows (40 rows at most; 16 per tile at most): partial tiles, a range
     starting mid-tile, failing tails, every row's sum from the transposed butterfly."""
     agrees(load_text(ROWS, "rows.xl"), *rows_launch(5, (ROWS_CASES + [(1, 33, 100), (0, 17, 100)]) * 3), team_warps)
+
+
+# An RMS norm where the sums read it, as the real pair's passes write it: before the sums, lets
+# and reductions that read the position but not the row (grouping.Rows.preludes), which a tile
+# computes once per position -- a sum of squares, a maximum up to a causal bound, and a scale
+# that fails (a division by zero) at position `bad` (the tile then runs an iteration at a time;
+# the lowest failing iteration reports it).
+NORM = PASS9.replace("pipeline passes", "pipeline norms").replace(
+    "tensor w: f32[K, 40]", "tensor w: f32[K, 40]\ntensor g: f32[40]").replace("    limit: i32 = 100", "    bad: i32 = -1").replace(
+    PASS9[PASS9.index("        let a = sum"):PASS9.index("    }\n    done_ = true")], """\
+        let ss = sum(j in 0..40: x[t * 40 + j] * x[t * 40 + j])
+        let m = max(j in 0..t + 1: x[t * 40 + j])
+        let nr = rsqrt(ss / 40.0 + 0.00001) * (10 / (t - bad)) as f32
+        let a = sum(j in 0..40: w[i, j] * (x[t * 40 + j] * nr * g[j]))
+        let b = sum(j in 0..40: w[i, j] - m)
+        y[e] = a + b
+        z[e] = nr + ss
+""")
+# (first position, end position, the failing position, iterations skipped at the start)
+NORM_CASES = [(0, 9, -1, 0), (0, 9, 3, 0), (1, 9, -1, 0), (0, 5, -1, 0), (0, 9, -1, 3), (2, 7, 6, 0),
+              (0, 10, -1, 0), (0, 2, 1, 0), (4, 7, 100, 0), (0, 1, -1, 0), (0, 9, 8, 5)]
+
+
+def norm_inputs(cases):
+    rng = np.random.default_rng(11)
+    return [{"first": first, "n": n, "bad": bad, "skip": skip,
+             "x": rng.standard_normal(9 * 40).astype(np.float32).tolist()} for first, n, bad, skip in cases]
+
+
+def test_a_positions_norm_is_computed_once_per_tile():
+    compiled = load_text(NORM, "norms.xl")
+    loop = lanes_loops(compiled)[0]
+    for head in (grouping.plan(loop, 72), grouping.rows_plan(loop)):
+        assert [x.name for x in head.preludes] == ["ss", "m", "nr"]
+        assert [r.name for r in head.sums] == ["a", "b"]
+    code = kernel(compiled)
+    # the weight-once tile: each position's values first, in registers, read by name where the
+    # activation is read (xl_a) and in the iterations' tails; a failure fails the tile
+    assert "float xl_pre_nr[9] = {};" in code and "xl_pre_nr[xl_g] = nr;" in code
+    assert re.search(r"\[&\]\(int32_t xl_g, int32_t j, \[\[maybe_unused\]\] float xl_c\) -> float \{ "
+                     r"\[\[maybe_unused\]\] const int32_t t = xl_t0 \+ xl_g; \[\[maybe_unused\]\] const float ss = "
+                     r"xl_pre_ss\[xl_g\];.*return xl_fmul\(xl_fmul\(r\.x\[[^;]*\], nr\), xl_c\); \},", code)
+    # the sum of squares: a tile of its own, every position's in one pass; the maximum and the
+    # scale an iteration's way, the positions side by side; the division fails the tile (on the
+    # rows path at once, on the weight-once path once every position has run it)
+    assert "xl_sum_tile<float, 1, 9>(xl_lo, xl_hi, xl_n, xl_pre_ss, " in code
+    assert code.count("xl_pre_m[xl_g] = m;") == 1
+    assert code.count("if (xl_failed(err)) return false;") == 1
+    assert code.count("if (xl_failed(err)) { xl_prelude_failed = true; continue; }") == 1
+    want = agrees(compiled, {**weights(), "g": gain_weights()["g"]}, norm_inputs(NORM_CASES))
+    errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
+    assert errors == {1, 5, 6, 7, 10}, errors  # the failing positions (3, 6, 1, 8) and 10 positions
+
+
+def test_preludes_named_as_the_tiles_own_names():
+    """A prelude's values are kept in xl_pre_<name>: names the tile's own bookkeeping could take
+    (fuzz seed 2257: a prelude `failed`) do not clash with it."""
+    source = NORM.replace("ss", "failed").replace("let m = ", "let t0 = ").replace("- m)", "- t0)")
+    assert "let t0 = max(" in source and "xl_pre_failed" in kernel(load_text(source, "names.xl"))
+    agrees(load_text(source, "names.xl"), {**weights(), "g": gain_weights()["g"]}, norm_inputs(NORM_CASES))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2), (16, 2)])
+def test_gpu_a_positions_norm_once_per_tile_equals_the_simulator(team_warps):
+    agrees(load_text(NORM, "norms.xl"), {**weights(), "g": gain_weights()["g"]}, norm_inputs(NORM_CASES * 3),
+           team_warps)
 
 
 def test_pass_cost_script_runs_on_the_cpu_build(tmp_path):

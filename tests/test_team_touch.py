@@ -69,3 +69,48 @@ def test_a_stage_without_a_loop_to_spread_records_nothing():
     source = source.replace("let m = min(j in 0..N: b[j] + c[i])", "let m = b[i] + c[i]")
     kernel = (load_text(source, "touch.xl").dir / "touch_kernel.cuh").read_text()
     assert "XL_TOUCH" not in kernel and not _loops(source)
+
+
+# A loop's body that ends with a lanes loop, entered right after one: its first lanes loop follows a
+# lanes loop in every iteration (the forward pass's layers), so it needs no barrier on entry.
+LAYERS = """pipeline layers
+const N: i32 = 8
+request {
+    a: f32[N]
+    b: f32[N]
+    n: i32
+    done_: bool
+}
+stage s when !done_ {
+    lanes for i in 0..N {
+        a[i] = i as f32
+    }
+    for l in 0..3 {
+        lanes for i in 0..N {
+            b[i] = a[i] + l as f32
+        }
+        lanes for i in 0..N {
+            a[i] = b[(i + 1) % N] * 0.5
+        }
+    }
+    done_ = true
+}
+done when done_
+"""
+
+
+def _entry_syncs(source: str) -> list[bool]:
+    """Each lanes loop's EntrySync (xl_lanes<ByWarp, EntrySync = true, ...>), in order."""
+    kernel = (load_text(source, "layers.xl").dir / "layers_kernel.cuh").read_text()
+    return [flags[1] != "false" for flags in re.findall(r"xl_lanes(?:_v)?<(\w+)(?:, (\w+))?", kernel)]
+
+
+def test_a_loops_first_lanes_loop_after_one_needs_no_entry_barrier():
+    assert _entry_syncs(LAYERS) == [True, False, False]
+    # ... not where the body ends in the stage's own code, nor where it may continue from its
+    # middle, nor where the loop is entered after the stage's own code
+    end = "            a[i] = b[(i + 1) % N] * 0.5\n        }\n"
+    assert _entry_syncs(LAYERS.replace(end, end + "        n = n + 1\n")) == [True, True, False]
+    assert _entry_syncs(LAYERS.replace("    for l in 0..3 {\n", "    for l in 0..3 {\n        if n > 5 {\n"
+                                       "            continue\n        }\n")) == [True, True, False]
+    assert _entry_syncs(LAYERS.replace("    for l in 0..3 {\n", "    n = 2\n    for l in 0..3 {\n")) == [True, True, False]

@@ -142,9 +142,40 @@ done when n >= 3
 """
 
 
+# Layers: a loop whose body ends with a lanes loop, entered after one, so that its first lanes loop
+# has no entry barrier (emit_cpp.stmt_For; tests/test_team_touch.py), reading what the previous
+# layer's last loop wrote in every block.
+LAYERS = """pipeline layers
+const N: i32 = 256
+request {
+    n: i32
+    a: f32[N] = 1.0
+    b: f32[N]
+}
+stage s {
+    lanes for i in 0..N {
+        a[i] = a[i] + (n + i % 5) as f32
+    }
+    for l in 0..3 {
+        lanes for i in 0..N {
+            let t = sum(j in 0..N: a[j] * ((i + j + l) % 5) as f32)
+            b[i] = t * 0.001
+        }
+        lanes for i in 0..N {
+            let u = sum(j in 0..N: b[(j + i) % N] * 0.5)
+            a[i] = u * 0.01 + b[N - 1 - i]
+        }
+    }
+    n += 1
+}
+trace s: n, a, b
+done when n >= 3
+"""
+
+
 @pytest.mark.parametrize("team_warps,team_blocks", TEAM_SHAPES)
-@pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES, WRITES_AFTER_READS, SPREAD_STORES],
-                         ids=["reported", "reads_before_writes", "writes_after_reads", "spread_stores"])
+@pytest.mark.parametrize("source", [REPORTED, READS_BEFORE_WRITES, WRITES_AFTER_READS, SPREAD_STORES, LAYERS],
+                         ids=["reported", "reads_before_writes", "writes_after_reads", "spread_stores", "layers"])
 def test_teams_agree_with_the_simulator(source, team_warps, team_blocks):
     compiled = load_text(source, "race.xl")
     inputs = [{} for _ in range(12)]

@@ -105,8 +105,8 @@ class CppEmitter:
         if isinstance(e, ir.PoolLoad) and ("page", id(e)) in self.hoisted:  # its page checked before
             return max([NEVER] + [self._check(e, k, c) for k, c in enumerate(e.checked) if k > 0]
                        + [self.raises(i) for i in e.indices[1:]])
-        if isinstance(e, (ir.PoolLoad, ir.Call, grouping.PoolPage)):
-            return ALWAYS  # NOT_OWNER; helpers and builtins may raise inside
+        if isinstance(e, (ir.PoolLoad, ir.Call, grouping.PoolPage)) and not ir.infallible_call(e):
+            return ALWAYS  # NOT_OWNER; helpers and builtins may raise inside (but ir.INFALLIBLE_BUILTINS)
         own = NEVER
         if isinstance(e, ir.Binary) and cpp_ops.binary_is_checked(e):
             own = self._check(e, "div") if e.op in ("/", "%") else ALWAYS
@@ -237,12 +237,14 @@ class CppEmitter:
 
     # ---- statements --------------------------------------------------------------
 
-    def block(self, stmts, depth: int) -> list[str]:
+    def block(self, stmts, depth: int, after_lanes: bool = False) -> list[str]:
+        """`after_lanes`: the block starts right after a lanes loop, whatever ran before it (a loop's
+        body that ends with one, entered after one: stmt_For)."""
         lines: list[str] = []
         previous = None
         for run in self._store_runs(ir.reduction_runs(stmts)):
             s = run[-1]
-            self.after_lanes = isinstance(previous, ir.Lanes)
+            self.after_lanes = isinstance(previous, ir.Lanes) or (previous is None and after_lanes)
             if self.team_touches and self._team_code() and not isinstance(s, ir.Lanes):
                 touched = set().union(*(ir.state_access(x, own_only=True)[0] for x in run))
                 if touched:  # (a cluster team's record of it: xl_team_loop)
@@ -446,7 +448,12 @@ class CppEmitter:
         head = f"{pad}for (int32_t {v} = {s.start}; {v} < {s.stop}; ++{v}) {{"
         load = self._page_checked_once(s)
         if load is None:
-            return [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+            # A body that ends with a lanes loop, entered right after one and never continued
+            # from its middle, starts after a lanes loop in every iteration (the forward pass's
+            # layers: each layer's first loop needs no barrier on entry; stmt_Lanes).
+            after = (self.after_lanes and bool(s.body) and isinstance(s.body[-1], ir.Lanes)
+                     and not any(isinstance(x, ir.Continue) for x in ir.statements(s.body)))
+            return [head, *self.block(s.body, depth + 1, after), f"{pad}}}"]
         # The page's checks before the loop, numbered as in its statement: the loop then holds no
         # check and no error test (attention's scores: 32 owner checks a score before).
         name = f"xl_page{depth}"
@@ -610,17 +617,16 @@ class CppEmitter:
         return codes[0], err
 
     def _tile_sums(self, sums, hoists, depth: int, declare, run, which: str, lets, order=None, bounds=None) -> list[str]:
-        """A tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by the
-        runtime's `run(type, name, checked)` (xl_sum_tile, xl_sum_rows). `hoists`, in the order
+        """A weight-once tile's sums, each into `xl_sums<k>` (declare(type, name): its declaration) by
+        the runtime's `run(type, name, checked)` (xl_sum_tile; a tile of rows': _rows_sums). `hoists`, in the order
         they are searched, (name, moving, params): the parts of the element the same for every
         iteration of the tile that differ only in `params` (grouping.invariant_parts; `moving`:
         the names that may differ), computed once per element as `name` (several: a struct,
         `xl_w.p0` ...) by a lambda taking `params` (each a parameter, or None, and the names it
-        binds to a value) and `j`, after evaluating the head's lets `hoists` may name fourth.
+        binds to a value) and `j`, after the declarations (C++ lines) `hoists` may name fourth.
         A later search skips the parts found before it; a later part holding one of the first's
-        reads it by name (the later lambdas and the element take the first's value). A tile of
-        rows has one: the activation, attention weight and page. A weight-once tile has three,
-        passed in `order`: the part the same for every iteration (xl_c: a norm's gain), for every
+        reads it by name (the later lambdas and the element take the first's value). A weight-once
+        tile has three, passed in `order`: the part the same for every iteration (xl_c: a norm's gain), for every
         row (xl_a: the activation) and for every position (xl_w: the weight). Then the element for
         iteration `which` (its parameters) after its `lets`. An element that may fail (`checked`)
         reports into the runtime's `err`. `bounds(r, depth)`: the sum's xl_lo and xl_hi
@@ -646,7 +652,7 @@ class CppEmitter:
                 codes, pre_err = self._parts_code(parts, r.loc.line)  # (reading the earlier parts by name)
                 bound = "".join(f"[[maybe_unused]] const int32_t {names.cpp(b)} = {value}; "
                                 for v, (bind, value) in params for b in bind)
-                bound += "".join(x + " " for x in self._head_lets(head_lets[0], "")) if head_lets else ""
+                bound += "".join(x + " " for x in head_lets[0]) if head_lets else ""
                 body = f"{bound}{'(void)err; ' if checked else pre_err}"
                 if len(parts) == 1:
                     types[name] = cpp_ops.value_type(parts[0].type)
@@ -724,12 +730,17 @@ class CppEmitter:
             bound = [(s.var, f"({position}) * {g.k} + {row}")] + [(n, position) for n in g.positions] + [
                 (n, row) for n in g.rows]
             return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};" for n, value in bound]
-                    + self._head_lets(g.lets, inner))
+                    + [inner + x for x in prelude_values] + self._head_lets(g.lets, inner))
 
+        # each prelude's value for position xl_g of the tile (registers: xl_g is a constant where
+        # the tile's sums read them, their loops over positions unrolled)
+        prelude_values = [f"[[maybe_unused]] const {cpp_ops.value_type(x.type)} {names.cpp(x.name)} = "
+                          f"xl_pre_{names.cpp(x.name)}[xl_g];" for x in g.preludes]
         lines = [f"{pad}[[maybe_unused]] constexpr XlCheck<false> xl_chk{{}};",
                  f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
+        lines += self._grouped_preludes(g, depth, position)
         # A tail without reductions runs on a lane, the iterations side by side (their sums left in
         # lanes by a transposed butterfly); else the warp runs each iteration's tail in turn.
         on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
@@ -739,7 +750,7 @@ class CppEmitter:
         per_tile = [x for x in g.lets if x.name in g.per_tile(s.var)]
         hoists = [("xl_c", g.per_row(s.var) | g.per_position(s.var), []),
                   ("xl_a", g.per_row(s.var), [("xl_g", (g.positions, position)), (None, (g.rows if per_tile else (), "xl_row0"))],
-                   per_tile),
+                   prelude_values + self._head_lets(per_tile, "")),
                   ("xl_w", g.per_position(s.var), [("xl_ri", (g.rows, row))])]
         each = ["[[maybe_unused]] const int32_t xl_ri = xl_s % xl_R;", "[[maybe_unused]] const int32_t xl_g = xl_s / xl_R;"]
 
@@ -777,6 +788,67 @@ class CppEmitter:
             self.bail, self.field_store, self.fast = saved
         return lines
 
+    def _preludes(self, stmts, depth: int, bail: str = "return false;") -> list[str]:
+        """A tile's preludes (grouping.Rows.preludes), or some of them, for one position, as an
+        iteration computes them (its warp's reductions in the order of §13.2); one that fails fails
+        the tile (false: it then runs an iteration at a time, where the iteration fails as it
+        must), after `bail`."""
+        if not stmts:
+            return []
+        saved, self.bail = self.bail, bail
+        try:
+            return [f"{IND * depth}[[maybe_unused]] XlErr err = {{0, 0, 0}};", *self.block(stmts, depth)]
+        finally:
+            self.bail = saved
+
+    def _grouped_preludes(self, g, depth: int, position: str) -> list[str]:
+        """A weight-once tile's preludes for each of its xl_n positions, into xl_pre_<name>[G] (in
+        registers: where the tile reads them, its loops over positions are unrolled). A sum over a
+        range the same for every position is a tile of its own (xl_sum_tile, one row: every
+        position's partials in one pass, then a butterfly each, which leaves every lane every
+        sum); each other statement runs for the positions side by side. One that fails for some
+        position fails the tile, once every position has run it."""
+        pad = IND * depth
+        cpp = {x.name: names.cpp(x.name) for x in g.preludes}
+        lines = [f"{pad}{cpp_ops.value_type(x.type)} xl_pre_{cpp[x.name]}[{g.size}] = {{}};" for x in g.preludes]
+        varying = set(g.positions) | set(cpp)
+
+        def bind(earlier, inner: str) -> list[str]:  # position xl_g's names: its position, earlier preludes
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions]
+                    + [f"{inner}[[maybe_unused]] const {cpp_ops.value_type(x.type)} {cpp[x.name]} = "
+                       f"xl_pre_{cpp[x.name]}[xl_g];" for x in earlier])
+
+        for k, x in enumerate(g.preludes):
+            if (isinstance(x, ir.Reduce) and x.op == "sum"
+                    and not (grouping.locals_read(x.start) | grouping.locals_read(x.stop)) & varying):
+                t, checked = cpp_ops.value_type(x.value.type), self.raises(x.value) == ALWAYS
+                saved, self.bail = self.bail, "return false;"
+                try:
+                    bounds = self._lane_bounds(x, depth + 1)
+                finally:
+                    self.bail = saved
+                value, value_err = self._expr_and_err(x.value, x.loc.line)
+                err = ", XlErr& err" if checked else ""
+                lines += [f"{pad}{{", *bounds,
+                          f"{pad}{IND}{'if (' if checked else ''}xl_sum_tile<{t}, 1, {g.size}{', true' if checked else ''}>"
+                          f"(xl_lo, xl_hi, xl_n, xl_pre_{cpp[x.name]}, [](auto...) -> int32_t {{ return 0; }},",
+                          f"{pad}{IND * 2}[&](int32_t xl_g, int32_t {names.cpp(x.var)}, int32_t{err}) -> {t} {{",
+                          *bind(g.preludes[:k], pad + IND * 3),
+                          f"{pad}{IND * 3}{'(void)err; ' if checked else value_err}return {value};",
+                          f"{pad}{IND * 2}}},",
+                          f"{pad}{IND * 2}[](auto...) -> int32_t {{ return 0; }},",
+                          f"{pad}{IND * 2}[](int32_t, int32_t, int32_t, int32_t, {t} xl_a, auto...) -> {t} {{ return xl_a; }})"
+                          f"{' == false) return false;' if checked else ';'}",
+                          f"{pad}}}"]
+            else:
+                lines += [f"{pad}{{", f"{pad}{IND}bool xl_prelude_failed = false;",
+                          f"{pad}{IND}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{",
+                          f"{pad}{IND * 2}if (xl_g >= xl_n) continue;", *bind(g.preludes[:k], pad + IND * 2),
+                          *self._preludes([x], depth + 2, "{ xl_prelude_failed = true; continue; }"),
+                          f"{pad}{IND * 2}xl_pre_{cpp[x.name]}[xl_g] = {cpp[x.name]};",
+                          f"{pad}{IND}}}", f"{pad}{IND}if (xl_prelude_failed) return false;", f"{pad}}}"]
+        return lines
+
     def _rows_body(self, s: ir.Lanes, g, depth) -> list[str]:
         """The rows path of a loop's fast path (xl_lanes_grouped): the iterations xl_t * K +
         xl_row0 + xl_ri (without a split, xl_row0 + xl_ri) for xl_rlo <= xl_ri < xl_rhi, at most
@@ -802,19 +874,98 @@ class CppEmitter:
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
         try:
-            # a sum whose elements may fail: `if (xl_sum_rows<...>(...) == false) return false;` (the
-            # tile then runs as the checked loop does: xl_lanes_grouped)
-            lines += self._tile_sums(
-                g.sums, [("xl_w", g.per_row(s.var), [])], depth,
-                lambda t, acc: f"XlRowSum<{t}, xl_R> {acc}",
-                lambda t, acc, checked: ("if (" if checked else "") + f"xl_sum_rows<{t}, xl_R, "
-                f"{str(checked).lower()}>(xl_lo, xl_hi, xl_rlo, xl_rhi, {acc},", "int32_t xl_ri", row_lets)
+            lines += self._preludes(g.preludes, depth)
+            lines += self._rows_sums(g.sums, g.per_row(s.var), depth, row_lets)
             lines.append(f"{pad}xl_rows_tails<xl_R>(xl_rlo, xl_rhi, [&](int32_t xl_ri) {{")
             lines += row_lets(pad + IND)
             lines += self._tile_tail(s, g.sums, g.tail, depth + 1, ".of(xl_ri)", "XL_LANE_STORE")
             lines += [f"{pad}}});", f"{pad}return true;"]
         finally:
             self.bail, self.field_store, self.fast = saved
+        return lines
+
+    @staticmethod
+    def _sum_runs(sums) -> list[list[ir.Reduce]]:
+        """A tile of rows' sums in runs over the same range, of one type (q, k and v of one input):
+        each run one pass of xl_sum_rows."""
+        runs: list[list[ir.Reduce]] = []
+        for r in sums:
+            last = runs[-1][-1] if runs else None
+            if last is not None and (r.start, r.stop, r.value.type) == (last.start, last.stop, last.value.type):
+                runs[-1].append(r)
+            else:
+                runs.append([r])
+        return runs
+
+    def _rows_sums(self, sums, moving: set[str], depth: int, row_lets) -> list[str]:
+        """A tile of rows' sums, sum k into `xl_sums<k>`, each run over one range in one pass
+        (xl_sum_rows: S sums of each row): the parts of their elements the same for every row
+        (grouping.invariant_parts, reading no `moving` name: the activation, an attention weight, a
+        pool's page) computed once per element for all of them, as `xl_w` (several: a struct,
+        `xl_w.p0` ...; parts alike in several sums, once), each sum's element then reading its own
+        by name. A run whose elements may fail: `if (xl_sum_rows<...>(...) == false) return false;`
+        (the tile then runs as the checked loop does: xl_lanes_grouped)."""
+        pad, inner = IND * depth, IND * (depth + 1)
+        lines, first = [], 0
+        for run in self._sum_runs(sums):
+            t = cpp_ops.value_type(run[0].value.type)
+            accs = [f"xl_sums{first + m}" for m in range(len(run))]
+            first += len(run)
+            checks = [self.raises(r.value) == ALWAYS for r in run]
+            checked = any(checks)
+            parts, found = [], {}  # the run's parts (each once); a part's key -> its C++ name
+            for r, c in zip(run, checks):
+                # (a part that may fail only where the element may: else its checks would go unseen)
+                for x in grouping.invariant_parts(r.value, moving):
+                    if c or self.raises(x) != ALWAYS:
+                        same = next((k for k, y in enumerate(parts) if _same_part(x, y)), None)
+                        if same is None:
+                            parts.append(x)
+                            same = len(parts) - 1
+                        found[self._part_key(x)] = same
+            variables = "".join(f"[[maybe_unused]] const int32_t {v} = xl_j; "
+                                for v in dict.fromkeys(names.cpp(r.var) for r in run))
+            err = ", XlErr& err" if checked else ""
+            codes, pre_err = self._parts_code(parts, run[0].loc.line)
+            body = f"{variables}{'(void)err; ' if checked else pre_err}"
+            if len(parts) == 1:
+                part_type = cpp_ops.value_type(parts[0].type)
+                shared = f"[&](int32_t xl_j{err}) -> {part_type} {{ {body}return {codes[0]}; }},"
+                names_of = {key: "xl_w" for key in found}
+            elif parts:
+                part_type = "auto"
+                fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
+                shared = (f"[&](int32_t xl_j{err}) {{ {body}struct XlParts {{ {fields} }}; "
+                          f"return XlParts{{{', '.join(codes)}}}; }},")
+                names_of = {key: f"xl_w.p{k}" for key, k in found.items()}
+            else:
+                part_type, shared, names_of = "int32_t", "[](auto...) -> int32_t { return 0; },", {}
+            self.hoisted.update(names_of)
+            try:
+                values = [self._expr_and_err(r.value, r.loc.line) for r in run]
+            finally:
+                for key in names_of:
+                    self.hoisted.pop(key, None)
+            elements = [[f"[[maybe_unused]] const int32_t {names.cpp(r.var)} = xl_j;",
+                         f"{'(void)err; ' if checked and c else value_err}return {value};"]
+                        for r, c, (value, value_err) in zip(run, checks, values)]
+            lines += [f"{pad}XlRowSum<{t}, xl_R> {acc};" for acc in accs]
+            lines += [f"{pad}{{", *self._lane_bounds(run[0], depth + 1),
+                      f"{inner}XlRowSum<{t}, xl_R>* const xl_out[] = {{{', '.join('&' + a for a in accs)}}};",
+                      f"{inner}{'if (' if checked else ''}xl_sum_rows<{t}, xl_R, {str(checked).lower()}, {len(run)}>"
+                      f"(xl_lo, xl_hi, xl_rlo, xl_rhi, xl_out,",
+                      f"{inner}{IND}{shared}",
+                      f"{inner}[&]([[maybe_unused]] int32_t xl_k, int32_t xl_ri, int32_t xl_j, [[maybe_unused]] "
+                      f"{part_type} xl_w{err}) -> {t} {{", *row_lets(inner + IND)]
+            if len(run) == 1:
+                lines += [inner + IND + x for x in elements[0]]
+            else:  # (xl_k a constant where xl_sum_rows calls it: its loop over the sums unrolled)
+                lines.append(f"{inner}{IND}switch (xl_k) {{")
+                for k, element in enumerate(elements):
+                    label = "default" if k == len(elements) - 1 else f"case {k}"
+                    lines += [f"{inner}{IND}{label}: {{", *(inner + IND * 2 + x for x in element), f"{inner}{IND}}}"]
+                lines.append(f"{inner}{IND}}}")
+            lines += [f"{inner}}}){' == false) return false;' if checked else ';'}", f"{pad}}}"]
         return lines
 
     def stmt_Reduce(self, s: ir.Reduce, depth):
@@ -1058,6 +1209,13 @@ def field_spans(fields, names: set[str]) -> list[dict]:
         held = span.pop("names")
         span["fields"] = held[0] if len(held) == 1 else f"{held[0]} .. {held[-1]} ({len(held)} fields)"
     return spans
+
+
+def _same_part(x, y) -> bool:
+    """Whether two shared parts of a tile's elements compute the same (IR nodes compare by value)."""
+    if isinstance(x, grouping.PoolPage) or isinstance(y, grouping.PoolPage):
+        return isinstance(x, grouping.PoolPage) and isinstance(y, grouping.PoolPage) and x.load == y.load
+    return x == y
 
 
 def _rows_hint(s: ir.Lanes, bound: int | None) -> int:

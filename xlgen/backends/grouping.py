@@ -23,7 +23,10 @@ row's sum in lanes of its own, and each row's tail runs on one of them.
 
 `plan(lanes, bound)` says whether a loop has the first shape: its body starts with lets that
 split the loop variable by one constant K (`e / K`, the position; `e % K`, the row), lets
-computed from those alone (`row = t * H + i / HEAD`), then sums whose start reads no local of
+computed from those alone (`row = t * H + i / HEAD`), then (optionally) preludes, lets and
+reductions reading the position but no row (an RMS norm's `ss = sum(j in 0..D: x[t * D + j] *
+x[t * D + j])`, `n = rsqrt(ss / D as f32 + EPS)`: a tile computes them once per position, as an
+iteration would, and fails as a whole where one fails), then sums whose start reads no local of
 the body (the same for every iteration: lane l's elements are l, l + 32, ... from it), whose stop
 may read the head (attention's causal `0..lo + t + 1`: each sum of a tile adds its own elements
 only) and whose elements read only those lets, the loop variable, the sum's own variable, names
@@ -63,12 +66,14 @@ def locals_read(e: ir.Expr) -> set[str]:
     return {x.name for x in ranges.subexpressions(e) if isinstance(x, ir.Var) and x.kind == ir.LOCAL}
 
 
-def _simple(e: ir.Expr, pools: bool = False) -> bool:
+def _simple(e: ir.Expr, pools: bool = False, builtins: bool = False) -> bool:
     """Reads only locals, constants, fields, params, tensors and arrays (no calls: helpers may
-    do anything; pools only where a tile can fall back on the checked loop: their owner checks)."""
-    if isinstance(e, ir.Call) or (isinstance(e, ir.PoolLoad) and not pools):
+    do anything; pools only where a tile can fall back on the checked loop: their owner checks;
+    builtins (`rsqrt`) likewise, only where it can)."""
+    if (isinstance(e, ir.Call) and not (builtins and e.builtin and not e.warp)
+            or isinstance(e, ir.PoolLoad) and not pools):
         return False
-    return all(_simple(c, pools) for c in ranges.children(e))
+    return all(_simple(c, pools, builtins) for c in ranges.children(e))
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,13 @@ class Rows:
     lets: tuple[ir.Let, ...]  # lets computed from them, per row
     sums: tuple[ir.Reduce, ...]
     tail: tuple[ir.Stmt, ...]
+    # lets and reductions between the lets and the sums that read no row (a norm: `let ss =
+    # sum(j in 0..D: x[t * D + j] * x[t * D + j])`, `let n = rsqrt(ss / D as f32 + EPS)`):
+    # computed once per position of a tile by its warp, as an iteration computes them
+    preludes: tuple[ir.Stmt, ...] = ()
+
+    def prelude_names(self) -> set[str]:
+        return {x.name for x in self.preludes}
 
     def per_row(self, var: str) -> set[str]:
         """Names whose value may differ between the rows of a tile (the head's lets but those
@@ -124,7 +136,7 @@ class Group(Rows):
 
     def per_position(self, var: str) -> set[str]:
         """Names whose value differs between the positions of a tile."""
-        return _moving(self.lets, {var, *self.positions})
+        return _moving(self.lets, {var, *self.positions}) | self.prelude_names()
 
     def ragged(self, r: ir.Reduce, var: str) -> bool:
         """Whether sum `r` stops at a bound that differs between the iterations of a tile."""
@@ -173,21 +185,54 @@ def _head(s: ir.Lanes, ragged: bool) -> Rows | None:
         lets.append(body.pop(0))
     may_start = set() if ragged else set(positions)
     may_stop = set(head_names) if ragged else set(positions)
-    sums = []
-    while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
-        r = body[0]
-        # a start the same for every iteration of a tile, a stop too but where ragged: no local of
-        # the body but those allowed (never an earlier sum, which the tile computes: fuzz seed 4103995)
-        if (locals_read(r.start) & ((body_locals | {s.var}) - may_start)
-                or locals_read(r.stop) & ((body_locals | {s.var}) - may_stop)):
+
+    def take_sums(body: list, names: set[str]) -> list[ir.Reduce]:
+        sums = []
+        while body and isinstance(body[0], ir.Reduce) and body[0].op == "sum":
+            r = body[0]
+            # a start the same for every iteration of a tile, a stop too but where ragged: no local of
+            # the body but those allowed (never an earlier sum, which the tile computes: fuzz seed 4103995)
+            if (locals_read(r.start) & ((body_locals | {s.var}) - may_start)
+                    or locals_read(r.stop) & ((body_locals | {s.var}) - may_stop)):
+                break
+            # elements read the head, their own variable and names from outside the loop only
+            if (locals_read(r.value) - {r.var} - names) & body_locals:
+                break
+            if not (_simple(r.value, pools=True) and _simple(r.start) and _simple(r.stop)):
+                break
+            sums.append(body.pop(0))
+        return sums
+
+    rest = list(body)
+    preludes = _preludes(rest, positions, body_locals | {s.var}, assigned)
+    sums = take_sums(rest, head_names | {x.name for x in preludes})
+    if not sums:  # (preludes only where sums follow them: else the sums are those of old)
+        rest, preludes = list(body), []
+        sums = take_sums(rest, head_names)
+    return Rows(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(rest), tuple(preludes))
+
+
+def _preludes(body: list, positions: list[str], body_locals: set[str], assigned: set[str]) -> list[ir.Stmt]:
+    """Take from the front of `body` the lets and reductions that read of the body's locals only
+    the positions and earlier such statements (Rows.preludes). A tile's warp computes them for
+    each of its positions before its sums; one that fails fails the tile, which then runs an
+    iteration at a time (so builtins may be called: their errors are the iteration's)."""
+    fixed, taken = set(positions), []
+    while body:
+        x = body[0]
+        if isinstance(x, ir.Let):
+            exprs, own = [x.value], set()
+        elif isinstance(x, ir.Reduce):
+            exprs, own = [x.start, x.stop, x.value], {x.var}
+        else:
             break
-        # elements read the head, their own variable and names from outside the loop only
-        if (locals_read(r.value) - {r.var} - head_names) & body_locals:
+        if x.name in assigned:  # (one value for the tile's rows: none may change it)
             break
-        if not (_simple(r.value, pools=True) and _simple(r.start) and _simple(r.stop)):
+        if any((locals_read(e) - own) & body_locals - fixed or not _simple(e, builtins=True) for e in exprs):
             break
-        sums.append(body.pop(0))
-    return Rows(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(body))
+        fixed.add(x.name)
+        taken.append(body.pop(0))
+    return taken
 
 
 def plan(s: ir.Lanes, bound: int | None) -> Group | None:
@@ -200,7 +245,7 @@ def plan(s: ir.Lanes, bound: int | None) -> Group | None:
     size = min(-(-bound // head.k), MAX_GROUP)
     if size < 2:
         return None
-    return Group(head.k, head.positions, head.rows, head.lets, head.sums, head.tail, size)
+    return Group(head.k, head.positions, head.rows, head.lets, head.sums, head.tail, head.preludes, size)
 
 
 def rows_plan(s: ir.Lanes) -> Rows | None:

@@ -153,7 +153,8 @@ def ensure_directory(out: Path) -> None:
 def _ensure_directory(out: Path) -> None:
     if out.is_dir():
         return
-    if out.exists() or out.is_symlink():
+    # (is_dir again: another process may have made it since -- two test workers building one program)
+    if out.is_symlink() or out.exists() and not out.is_dir():
         raise FileProblem(out, f"'{out}' exists and is not a directory; choose an output directory")
     blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:

@@ -208,6 +208,17 @@ def may_read_shared(e: Expr) -> bool:
     return any(may_read_shared(getattr(e, name)) for name in children) or any(may_read_shared(a) for a in args)
 
 
+# Builtins of the prelude that never raise: the exact math functions (NaN or inf where undefined)
+# and the hash (xlgen/semantics/builtins.py and xl_runtime.cuh; tests/test_builtins_infallible.py
+# checks both). No error test follows their calls.
+INFALLIBLE_BUILTINS = frozenset({"exp", "log", "tanh", "sigmoid", "rsqrt", "hash_u32"})
+
+
+def infallible_call(e) -> bool:
+    """A call of a builtin that never raises (its arguments still may)."""
+    return isinstance(e, Call) and e.builtin and e.func in INFALLIBLE_BUILTINS
+
+
 def may_raise(e) -> bool:
     """Can evaluating this expression raise a runtime error?"""
     if e is None:
@@ -218,6 +229,8 @@ def may_raise(e) -> bool:
         return any(e.checked) or any(may_raise(i) for i in e.indices)
     if isinstance(e, PoolLoad):
         return True  # NOT_OWNER
+    if infallible_call(e):
+        return any(may_raise(a) for a in e.args)
     if isinstance(e, Call):
         return True  # helpers and builtins may raise inside
     if isinstance(e, Binary):

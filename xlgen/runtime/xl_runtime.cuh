@@ -1861,12 +1861,13 @@ XL_DEVICE void xl_group_tails(int32_t n, Tail tail) {
 #endif
 }
 
-// A tile's sums (xl_lanes_grouped's rows path), one sum of each of its rows rlo <= r < rhi over the
-// same j range: sum(j in lo..hi: elem(r, j, x(j))), x(j) -- the part the same for every row (the
-// activation; with Check x(j, err): xl_shared_part) -- read once per element. On the GPU a lane
-// keeps a partial of every row, adding elements l, l + 32, ... in order as xl_reduce_sum does, with
-// the rows' loads in flight together; then a transposed butterfly (xl_transposed_sum) leaves row
-// r's sum in lanes r * 32 / R ... The CPU build computes each row's sum with xl_reduce_sum: the
+// A tile's sums (xl_lanes_grouped's rows path): S sums over the same j range (q, k and v of one
+// input) for each of its rows rlo <= r < rhi, sum k of row r into out[k]: sum(j in lo..hi: elem(k,
+// r, j, x(j))), x(j) -- the part the same for every row (the activation; with Check x(j, err):
+// xl_shared_part) -- read once per element for all of them. On the GPU a lane keeps a partial of
+// every sum of every row, adding elements l, l + 32, ... in order as xl_reduce_sum does, with the
+// loads of all of them in flight together; then a transposed butterfly per sum (xl_transposed_sum)
+// leaves row r's sums in lanes r * 32 / R ... The CPU build computes each with xl_reduce_sum: the
 // same bits. Check: elements may fail; every one is evaluated (one that failed read safe
 // substitutes) and false says one did (the tile then runs an iteration at a time:
 // xl_lanes_grouped).
@@ -1875,39 +1876,61 @@ XL_DEVICE void xl_group_tails(int32_t n, Tail tail) {
 #ifndef XL_ROWS_UNROLL
 #define XL_ROWS_UNROLL 4
 #endif
-template <typename T, int R, bool Check, typename X, typename Elem>
-XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>& out, X x, Elem elem) {
+// The most partials a lane keeps in one pass (S sums x R rows); more take a pass per sum.
+#ifndef XL_ROWS_PARTIALS
+#define XL_ROWS_PARTIALS 32
+#endif
+template <typename T, int R, bool Check, int S, typename X, typename Elem>
+XL_DEVICE bool xl_sum_rows(int32_t lo, int32_t hi, int32_t rlo, int32_t rhi, XlRowSum<T, R>* const (&out)[S], X x,
+                           Elem elem) {
 #if XL_ON_GPU
-    T acc[R];
+    if constexpr (S > 1 && S * R > XL_ROWS_PARTIALS) {
+        bool ok = true;
+#pragma unroll
+        for (int k = 0; k < S; ++k) {
+            XlRowSum<T, R>* const one[1] = {out[k]};
+            ok = ok && xl_sum_rows<T, R, Check, 1>(lo, hi, rlo, rhi, one, x, [&](int32_t, auto... a) { return elem(k, a...); });
+        }
+        return ok;
+    }
+    T acc[S][R];
     bool failed = false;
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = xl_sum_identity<T>();
+    for (int k = 0; k < S; ++k)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[k][r] = xl_sum_identity<T>();
     XL_PRAGMA(unroll XL_ROWS_UNROLL)
     for (int64_t j = (int64_t)lo + XL_LANE; j < (int64_t)hi; j += 32) {
         const auto xj = xl_shared_part<Check>(failed, x, (int32_t)j);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r >= rlo && r < rhi) {
-                if constexpr (Check) {  // every element evaluated: one that failed read safe substitutes
-                    XlErr e = {0, 0, 0};
-                    acc[r] = xl_sum_add(acc[r], elem(r, (int32_t)j, xj, e));
-                    failed |= e.code != 0;
-                } else {
-                    acc[r] = xl_sum_add(acc[r], elem(r, (int32_t)j, xj));
+        for (int k = 0; k < S; ++k) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r >= rlo && r < rhi) {
+                    if constexpr (Check) {  // every element evaluated: one that failed read safe substitutes
+                        XlErr e = {0, 0, 0};
+                        acc[k][r] = xl_sum_add(acc[k][r], elem(k, r, (int32_t)j, xj, e));
+                        failed |= e.code != 0;
+                    } else {
+                        acc[k][r] = xl_sum_add(acc[k][r], elem(k, r, (int32_t)j, xj));
+                    }
                 }
             }
         }
     }
     if (Check && __any_sync(0xFFFFFFFFu, failed)) return false;
-    out.v = xl_transposed_sum<T, R>(acc);
+#pragma unroll
+    for (int k = 0; k < S; ++k) out[k]->v = xl_transposed_sum<T, R>(acc[k]);
 #else
-    for (int32_t r = rlo; r < rhi; ++r) {
-        XlErr e = {0, 0, 0};
-        out.v[r] = xl_reduce_sum<T, Check>(e, 1, lo, hi, [&](int32_t j, [[maybe_unused]] XlErr& ee) -> T {
-            if constexpr (Check) return elem(r, j, x(j, ee), ee);  // (the shared part's error fails it too)
-            else return elem(r, j, x(j));
-        });
-        if (Check && e.code) return false;
+    for (int k = 0; k < S; ++k) {
+        for (int32_t r = rlo; r < rhi; ++r) {
+            XlErr e = {0, 0, 0};
+            out[k]->v[r] = xl_reduce_sum<T, Check>(e, 1, lo, hi, [&](int32_t j, [[maybe_unused]] XlErr& ee) -> T {
+                if constexpr (Check) return elem(k, r, j, x(j, ee), ee);  // (the shared part's error fails it too)
+                else return elem(k, r, j, x(j));
+            });
+            if (Check && e.code) return false;
+        }
     }
 #endif
     return true;

@@ -298,20 +298,23 @@ class StatementGen:
         lines = [f"{pad}let {row} = {var} / {width}", f"{pad}let {col} = {var} % {width}"]
         ctx.scopes[-1][row] = Sym(row, "i32", mutable=False)
         ctx.scopes[-1][col] = Sym(col, "i32", mutable=False)
+        head_lets = []
         # then, now and then, lets computed from those (`row = t * H + i / HEAD`): of the
         # position alone, the row alone, or both, which the sums may read
         for _ in range(self.shape_rng.choice([0, 0, 1, 2])):
             form = self.shape_rng.choice(["{t} * 3 + 1", "{c} + 2", "{t} * {w} + {c}", "{c} / 2"])
-            name = self.new_local(ctx, "h")
+            head_lets.append(name := self.new_local(ctx, "h"))
             lines.append(f"{pad}let {name} = " + form.format(t=row, c=col, w=width))
             ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
         # now and then (a stream of its own) a let the same over a tile of rows, as attention's
         # `t * H + i / HEAD` (grouping.Rows.per_tile: the column only over a multiple of 32)
         if self.tile_rng.random() < 0.3:
             form = self.tile_rng.choice(["{c} / 32", "{t} * 3 + {c} / 64", "{c} / 32 - {t}"])
-            name = self.new_local(ctx, "h")
+            head_lets.append(name := self.new_local(ctx, "h"))
             lines.append(f"{pad}let {name} = " + form.format(t=row, c=col))
             ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
+        if self.prelude_rng.random() < 0.3:  # a stream of its own: older seeds unchanged
+            lines += self.position_preludes(ctx, {var, col, *head_lets}, row, ind)
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
         # now and then (a stream of its own) a stop that reads the position or the row, as
         # attention's causal `0..lo + t + 1` (a weight-once tile's sums then stop each on its own)
@@ -324,6 +327,34 @@ class StatementGen:
         if self.matvec_rng.random() < 0.4:  # a stream of its own: older seeds unchanged
             lines += self.matvec_sum(ctx, row, col, ind)
         return lines
+
+    def position_preludes(self, ctx: Ctx, per_row: set[str], position: str, ind: int) -> list[str]:
+        """A reduction or two reading the position but not the row, then now and then a let of
+        them (a norm: `let ss = sum(j in 0..D: x[t * D + j] * x[t * D + j])`, `let n = rsqrt(ss /
+        D as f32 + EPS)`), which the sums after them may read: a tile computes them once per
+        position (grouping.Rows.preludes). Their elements and the let may fail (the tile then
+        runs an iteration at a time). Generated with `per_row` (the loop variable, the row, the
+        head's lets) out of sight, and no dead name taken again (one may be a hidden one's)."""
+        rng = self.prelude_rng
+        hidden = [(scope, name, scope.pop(name)) for scope in ctx.scopes for name in list(scope) if name in per_row]
+        dead, ctx.dead = ctx.dead, type(ctx.dead)()
+        try:
+            lines = []
+            for _ in range(rng.choice([1, 1, 2])):
+                n = rng.choice([8, 32, 40])
+                stop = rng.choice([str(n), f"min({position} + 1, {n})"])
+                lines += self.reduction(ctx, ind, op=rng.choice(["sum", "sum", "max"]), t=rng.choice(["f32", "f32", "i32"]),
+                                        bounds=("0", stop, (0, n - 1)))
+            if rng.random() < 0.5:
+                t = rng.choice(["f32", "i32"])
+                name = self.new_local(ctx, "pn")
+                lines.append(f"{'    ' * ind}let {name} = {self.expr(ctx, t, 2).text}")
+                ctx.scopes[-1][name] = Sym(name, t, mutable=False)
+            return lines
+        finally:
+            ctx.dead = dead
+            for scope, name, sym in hidden:
+                scope[name] = sym
 
     def matvec_sum(self, ctx: Ctx, position: str, row: str, ind: int) -> list[str]:
         """A sum as the real pair's matrix-vector loops write it, `w[row, j] * (x[position * n + j]
