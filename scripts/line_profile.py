@@ -10,6 +10,11 @@ the scalar code since the previous site included. The table sums them over the l
     python3 scripts/line_profile.py -o OUT --block 8 --n 32    # a fixed block of 8 (verify passes of 9)
 
 One request at a time (batch 1), so the counters are one team's critical path.
+
+Its kernel is a build of its own (NVRTC takes minutes for it on the device): precompile it here
+with the options this script adds, e.g. for a 16 x 8 team
+`XLGEN_CACHE=$PWD/.xlcache XLGEN_NVRTC_OPTIONS=-DXL_PROFILE_LINES python3 scripts/precompile_cubins.py
+--teams 16x8` (scripts/precompile_cubins.py says how the cache travels).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ into a cache directory that travels with the call (ignored by git, named in `car
     XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 16x4       # 4 blocks of 16 warps
     XLGEN_CACHE=$PWD/.xlcache XLGEN_NVRTC_OPTIONS=-DXL_ROWS_MAX=0 python3 scripts/precompile_cubins.py --teams 32
     XLGEN_CACHE=$PWD/.xlcache python3 scripts/precompile_cubins.py --teams 16x8 --timeline   # for --timeline runs
+    XLGEN_CACHE=$PWD/.xlcache XLGEN_NVRTC_OPTIONS=-DXL_PROFILE_LINES python3 scripts/precompile_cubins.py --teams 16x8
+                                                                # for scripts/line_profile.py --team-blocks 8
     # then, on the device:  export XLGEN_CACHE=$PWD/.xlcache  (after scripts/device_setup.sh)
 
 --dry-run prints the cubins' paths without compiling. nvcc takes the NVRTC options but
