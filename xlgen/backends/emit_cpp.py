@@ -654,17 +654,8 @@ class CppEmitter:
                                 for v, (bind, value) in params for b in bind)
                 bound += "".join(x + " " for x in head_lets[0]) if head_lets else ""
                 body = f"{bound}{'(void)err; ' if checked else pre_err}"
-                if len(parts) == 1:
-                    types[name] = cpp_ops.value_type(parts[0].type)
-                    pres[name] = f"[&]({taken}) -> {types[name]} {{ {body}return {codes[0]}; }},"
-                    found = {self._part_key(parts[0]): name}
-                elif parts:  # several: a struct of them, evaluated left to right
-                    types[name] = "auto"
-                    fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
-                    pres[name] = f"[&]({taken}) {{ {body}struct XlParts {{ {fields} }}; return XlParts{{{', '.join(codes)}}}; }},"
-                    found = {self._part_key(x): f"{name}.p{k}" for k, x in enumerate(parts)}
-                else:
-                    types[name], pres[name], found = "int32_t", "[](auto...) -> int32_t { return 0; },", {}
+                types[name], pres[name], refs = _parts_lambda(name, parts, codes, taken, body)
+                found = {self._part_key(x): ref for x, ref in zip(parts, refs)}
                 names_of.update(found)
                 if n == 0:
                     self.hoisted.update(found)
@@ -928,18 +919,8 @@ class CppEmitter:
             err = ", XlErr& err" if checked else ""
             codes, pre_err = self._parts_code(parts, run[0].loc.line)
             body = f"{variables}{'(void)err; ' if checked else pre_err}"
-            if len(parts) == 1:
-                part_type = cpp_ops.value_type(parts[0].type)
-                shared = f"[&](int32_t xl_j{err}) -> {part_type} {{ {body}return {codes[0]}; }},"
-                names_of = {key: "xl_w" for key in found}
-            elif parts:
-                part_type = "auto"
-                fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
-                shared = (f"[&](int32_t xl_j{err}) {{ {body}struct XlParts {{ {fields} }}; "
-                          f"return XlParts{{{', '.join(codes)}}}; }},")
-                names_of = {key: f"xl_w.p{k}" for key, k in found.items()}
-            else:
-                part_type, shared, names_of = "int32_t", "[](auto...) -> int32_t { return 0; },", {}
+            part_type, shared, refs = _parts_lambda("xl_w", parts, codes, f"int32_t xl_j{err}", body)
+            names_of = {key: refs[k] for key, k in found.items()}
             self.hoisted.update(names_of)
             try:
                 values = [self._expr_and_err(r.value, r.loc.line) for r in run]
@@ -1209,6 +1190,20 @@ def field_spans(fields, names: set[str]) -> list[dict]:
         held = span.pop("names")
         span["fields"] = held[0] if len(held) == 1 else f"{held[0]} .. {held[-1]} ({len(held)} fields)"
     return spans
+
+
+def _parts_lambda(name: str, parts, codes: list[str], taken: str, body: str) -> tuple[str, str, list[str]]:
+    """A tile's shared parts as one lambda taking `taken` (after `body`): their C++ type, the
+    lambda, and each part's name in the element -- one: `name`; several: a struct of them, evaluated
+    left to right (`name.p0` ...); none: a lambda returning 0."""
+    if len(parts) == 1:
+        t = cpp_ops.value_type(parts[0].type)
+        return t, f"[&]({taken}) -> {t} {{ {body}return {codes[0]}; }},", [name]
+    if parts:
+        fields = " ".join(f"{cpp_ops.value_type(x.type)} p{k};" for k, x in enumerate(parts))
+        return ("auto", f"[&]({taken}) {{ {body}struct XlParts {{ {fields} }}; return XlParts{{{', '.join(codes)}}}; }},",
+                [f"{name}.p{k}" for k in range(len(parts))])
+    return "int32_t", "[](auto...) -> int32_t { return 0; },", []
 
 
 def _same_part(x, y) -> bool:
