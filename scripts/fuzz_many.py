@@ -20,6 +20,9 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # checked once before it (emit_cpp._page_checked_once)
     PRELUDES=1 python3 scripts/fuzz_many.py ...                # only programs whose tiles compute a position's
                                                                # reductions and lets first (grouping.Rows.preludes)
+    TILE_PRELUDES=1 python3 scripts/fuzz_many.py ...           # only programs whose weight-once tiles' preludes
+                                                               # read a let the same over the tile's rows
+                                                               # (grouping.Rows.preludes_per_tile)
     RUNS=1 python3 scripts/fuzz_many.py ...                    # only programs with reductions side by side
                                                                # taken in one pass (ir.reduction_runs)
     COLLECTIVES=1 python3 scripts/fuzz_many.py ...             # only programs with a collective stage (~70%:
@@ -50,10 +53,21 @@ PRELUDE = "[[maybe_unused]] XlErr err = {0, 0, 0};"
 RAGGED_TILE = re.compile(r"const auto xl_hi = \[&\]\(int32_t xl_ri, int32_t xl_g\)|xl_sum_tile<\w+, xl_R, \d+, true>")
 
 
+def preludes_per_tile(compiled) -> bool:
+    """Whether a loop's tiles (weight-once or of rows) have preludes reading a let the same over the
+    tile's rows (grouping.Rows.preludes_per_tile)."""
+    from xlgen.backends import grouping
+    from xlgen.core import ir
+
+    loops = [s for st in compiled.program.stages for s in ir.statements(st.body) if isinstance(s, ir.Lanes)]
+    return any(h is not None and h.preludes_per_tile(s.var)
+               for s in loops for h in (grouping.rows_plan(s), grouping.plan(s, 1 << 20)))
+
+
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
     (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, RUNS=1, PARTS=1, PAGE_ONCE=1,
-    PRELUDES=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
+    PRELUDES=1, TILE_PRELUDES=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -84,6 +98,8 @@ def one(seed: int):
         if os.environ.get("PAGE_ONCE") == "1" and "const int32_t xl_page" not in source:
             return seed, None, pools, False
         if os.environ.get("PRELUDES") == "1" and PRELUDE not in source:
+            return seed, None, pools, False
+        if os.environ.get("TILE_PRELUDES") == "1" and not preludes_per_tile(compiled):
             return seed, None, pools, False
         problems = run_case(case, backends=os.environ.get("BACKENDS", "cpu").split(","), compiled=compiled)
         return seed, ("diverged: " + str(problems[0][2])[:2000]) if problems else None, pools, True

@@ -60,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", default="code_class,prose_modern", help="prompts by name or kind")
     ap.add_argument("--decode-only", action="store_true",
                     help="less a launch of 1 new token per prompt: the decode steps alone, per token")
+    ap.add_argument("--pipeline", type=Path, default=None,
+                    help="default: the binding's (models/bytes_pair/pipeline.json: stages/byte_spec.xl)")
     args = ap.parse_args(argv)
     os.environ["XLGEN_NVRTC_OPTIONS"] = (os.environ.get("XLGEN_NVRTC_OPTIONS", "") + " -DXL_PROFILE_LINES").strip()
 
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
     from xlgen.runtime import gpu, sim
 
     binding = rp.load_binding()
-    compiled = load(binding.pipeline_path())
+    compiled = load(args.pipeline or binding.pipeline_path())
     policy = ("fixed", args.block) if args.block else ("plain",)
     params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params(*policy))
     prompts = rp.select_prompts(rp.load_prompts(), args.prompts)

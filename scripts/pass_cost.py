@@ -60,12 +60,14 @@ def main(argv=None) -> int:
     ap.add_argument("--team-warps", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunks", default="4,8", help="m1,m2: prompts of CHUNK * m bytes for m = m1..m2 (default 4,8)")
+    ap.add_argument("--pipeline", type=Path, default=None,
+                    help="default: the binding's (models/bytes_pair/pipeline.json: stages/byte_spec.xl)")
     args = ap.parse_args(argv)
     m1, m2 = (int(x) for x in args.chunks.split(","))
     binding = rp.load_binding()
     from xlgen.backends.build import load
 
-    compiled = load(binding.pipeline_path())
+    compiled = load(args.pipeline or binding.pipeline_path())
     params = rp.launch_params(compiled.sim_module(), rp.load_weights(), binding.params("plain"))
     data = np.random.default_rng(1).integers(32, 127, size=CHUNK * m2 + 1, dtype=np.uint8).tobytes()
 

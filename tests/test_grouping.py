@@ -767,6 +767,44 @@ def test_gpu_attention_weighted_sum_grouped_equals_the_simulator(team_warps, opt
     agrees(load_text(CAUSAL, "causal.xl"), {}, causal_inputs(5), team_warps)
 
 
+# Attention's softmax where the weighted sum reads it: the row's maximum a prelude that reads the
+# head's `row` (the same over a tile's rows: grouping.Rows.per_tile), each weight's exp in the sums'
+# elements (a builtin that cannot fail: ir.INFALLIBLE_BUILTINS), the sum of weights beside.
+SOFTMAX = CAUSAL.replace("pipeline causal", "pipeline softmax").replace(
+    "        let acc = sum(s in 0..lo + t + 1: att[row * CTX + s] * kv[", """\
+        let m = max(s in 0..lo + t + 1: att[row * CTX + s])
+        let acc = sum(s in 0..lo + t + 1: exp(att[row * CTX + s] - m) * kv[""").replace(
+    "        y[e] = acc * 0.5", """\
+        let total = sum(s in 0..lo + t + 1: exp(att[row * CTX + s] - m))
+        y[e] = acc / total""")
+
+
+def test_a_rows_softmax_maximum_is_computed_once_per_tile():
+    compiled = load_text(SOFTMAX, "softmax.xl")
+    loop = next(x for x in lanes_loops(compiled) if x.by_warp)
+    for head in (grouping.plan(loop, 9 * 64), grouping.rows_plan(loop)):
+        assert [x.name for x in head.preludes] == ["m"] and head.preludes_per_tile(loop.var)
+        assert [r.name for r in head.sums] == ["acc", "total"]
+    code = kernel(compiled)
+    # kept over a warp's tiles of the same positions and the same first row only
+    assert "int32_t xl_prelude_t0 = -1, xl_prelude_n = 0, xl_prelude_r0 = -1;" in code
+    assert "if (xl_prelude_t0 != xl_t0 || xl_prelude_n != xl_n || xl_prelude_r0 != xl_row0) {" in code
+    assert re.search(r"const int32_t i = xl_row0;\s*\[\[maybe_unused\]\] const int32_t row = [^;]*;\s*"
+                     r"\[\[maybe_unused\]\] XlErr err = \{0, 0, 0\};\s*\[\[maybe_unused\]\] float m = \{\};", code)
+    # a tile of rows: each weight's exp once per element for its rows, for both sums
+    assert re.search(r"struct XlParts \{ float p0; int32_t p1; \}; return XlParts\{xl_b_exp\(", code)
+    want = agrees(compiled, {}, causal_inputs(3))
+    assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {1, 2, 5, 7}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps,options", [(1, GROUP_CHECKED), (4, GROUP_CHECKED), (16, GROUP_CHECKED),
+                                                ((4, 2), GROUP_CHECKED), ((16, 2), GROUP_CHECKED), (4, ""), ((16, 2), "")])
+def test_gpu_a_rows_softmax_maximum_once_per_tile_equals_the_simulator(team_warps, options, monkeypatch):
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
+    agrees(load_text(SOFTMAX, "softmax.xl"), {}, causal_inputs(5) * 3, team_warps)
+
+
 def test_a_gain_is_read_once_per_tile():
     compiled = load_text(GAIN, "gain.xl")
     code = kernel(compiled)
@@ -859,6 +897,30 @@ def test_a_positions_norm_is_computed_once_per_tile():
     want = agrees(compiled, {**weights(), "g": gain_weights()["g"]}, norm_inputs(NORM_CASES))
     errors = {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR}
     assert errors == {1, 5, 6, 7, 10}, errors  # the failing positions (3, 6, 1, 8) and 10 positions
+
+
+# 20 positions: groups of 16 and 4 (MAX_GROUP). A range starting mid-position runs a row at a time,
+# each row's groups in turn, so a warp takes the first group again after the second; where the
+# second's preludes failed (position `bad`), its values must not pass for the first's.
+NORM20 = NORM.replace("const P: i32 = 9", "const P: i32 = 20")
+NORM20_CASES = [(0, 20, 18, 3), (0, 20, -1, 3), (0, 20, 17, 0), (1, 19, 16, 5), (0, 20, 19, 1)]
+
+
+def test_preludes_kept_over_tiles_not_after_a_failure():
+    compiled = load_text(NORM20, "norms20.xl")
+    assert grouping.plan(next(x for x in lanes_loops(compiled) if x.by_warp), 160).size == 16
+    inputs = [{**x, "x": np.random.default_rng(k).standard_normal(20 * 40).astype(np.float32).tolist()}
+              for k, x in enumerate(norm_inputs(NORM20_CASES))]
+    want = agrees(compiled, {**weights(), "g": gain_weights()["g"]}, inputs)
+    assert {int(r[0]) for r in want.records if int(r[2]) == sim.KIND_ERROR} == {0, 2, 3, 4}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("team_warps", [1, 4, 16, (4, 2)])
+def test_gpu_preludes_kept_over_tiles_not_after_a_failure(team_warps):
+    inputs = [{**x, "x": np.random.default_rng(k).standard_normal(20 * 40).astype(np.float32).tolist()}
+              for k, x in enumerate(norm_inputs(NORM20_CASES * 2))]
+    agrees(load_text(NORM20, "norms20.xl"), {**weights(), "g": gain_weights()["g"]}, inputs, team_warps)
 
 
 def test_preludes_named_as_the_tiles_own_names():

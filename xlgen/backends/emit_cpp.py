@@ -545,6 +545,10 @@ class CppEmitter:
             extra = flags[2:]  # Pools, Writes, Touches (trailing defaults left out, as above)
             if group and self._group_checked(s, group):  # ..., GroupChecked (an A/B switch: XL_GROUP_CHECKED)
                 extra = [pools, *masks, True]
+            if group and group.preludes:  # (kept over a warp's tiles of one group of positions: _grouped_preludes)
+                rows = ", xl_prelude_r0 = -1" if group.preludes_per_tile(s.var) else ""
+                lines += [f"{pad}{IND}{cpp_ops.value_type(x.type)} xl_pre_{names.cpp(x.name)}[{group.size}] = {{}};"
+                          for x in group.preludes] + [f"{pad}{IND}int32_t xl_prelude_t0 = -1, xl_prelude_n = 0{rows};"]
             lines.append(f"{pad}{IND}xl_lanes_grouped<{entry_sync}, {k}, {size}, {str(split).lower()}"
                          f"{''.join(', ' + str(f).lower() for f in extra)}>(err, 1, "
                          f"xl_lo, xl_hi, {fast}, [&]([[maybe_unused]] auto xl_chk, int32_t {v}, XlErr& err) {{")
@@ -731,7 +735,7 @@ class CppEmitter:
                  f"{pad}constexpr int xl_R = decltype(xl_rows)::value;"]
         saved = (self.bail, self.field_store, self.fast)
         self.fast = True
-        lines += self._grouped_preludes(g, depth, position)
+        lines += self._grouped_preludes(g, s.var, depth, position)
         # A tail without reductions runs on a lane, the iterations side by side (their sums left in
         # lanes by a transposed butterfly); else the warp runs each iteration's tail in turn.
         on_lanes = not any(isinstance(x, ir.Reduce) for x in ir.statements(g.tail))
@@ -792,20 +796,33 @@ class CppEmitter:
         finally:
             self.bail = saved
 
-    def _grouped_preludes(self, g, depth: int, position: str) -> list[str]:
+    def _grouped_preludes(self, g, var: str, depth: int, position: str) -> list[str]:
         """A weight-once tile's preludes for each of its xl_n positions, into xl_pre_<name>[G] (in
-        registers: where the tile reads them, its loops over positions are unrolled). A sum over a
-        range the same for every position is a tile of its own (xl_sum_tile, one row: every
-        position's partials in one pass, then a butterfly each, which leaves every lane every
-        sum); each other statement runs for the positions side by side. One that fails for some
-        position fails the tile, once every position has run it."""
-        pad = IND * depth
+        registers: where the tile reads them, its loops over positions are unrolled), declared
+        before the loop so that a warp's next tile of the same positions (xl_prelude_t0, _n)
+        reuses them: with few warps each takes many tiles of one group (in a block of 16 warps,
+        the MLP's 512 rows are 8 tiles a warp). A sum over a range the same for every position
+        is a tile of its own (xl_sum_tile, one row: every position's partials in one pass, then a
+        butterfly each, which leaves every lane every sum); each other statement runs for the
+        positions side by side. One that fails for some position fails the tile, once every
+        position has run it (and nothing is kept). Preludes that read the lets the same over the
+        tile's rows (attention's `row`) are kept only while the tile's first row is the same too
+        (xl_prelude_r0)."""
+        if not g.preludes:
+            return []
+        pad = IND * (depth + 1)
         cpp = {x.name: names.cpp(x.name) for x in g.preludes}
-        lines = [f"{pad}{cpp_ops.value_type(x.type)} xl_pre_{cpp[x.name]}[{g.size}] = {{}};" for x in g.preludes]
-        varying = set(g.positions) | set(cpp)
+        lines = []
+        per_tile = g.preludes_per_tile(var)
+        varying = set(g.positions) | set(cpp) | (g.per_tile(var) if per_tile else set())
 
-        def bind(earlier, inner: str) -> list[str]:  # position xl_g's names: its position, earlier preludes
-            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {position};" for n in g.positions]
+        def bind(earlier, inner: str) -> list[str]:
+            """Position xl_g's names: its position, the lets the same over the tile's rows (from its
+            first row), earlier preludes."""
+            rows = [(n, "xl_row0") for n in g.rows] if per_tile else []
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};"
+                     for n, value in [(n, position) for n in g.positions] + rows]
+                    + (self._head_lets([x for x in g.lets if x.name in g.per_tile(var)], inner) if per_tile else [])
                     + [f"{inner}[[maybe_unused]] const {cpp_ops.value_type(x.type)} {cpp[x.name]} = "
                        f"xl_pre_{cpp[x.name]}[xl_g];" for x in earlier])
 
@@ -815,7 +832,7 @@ class CppEmitter:
                 t, checked = cpp_ops.value_type(x.value.type), self.raises(x.value) == ALWAYS
                 saved, self.bail = self.bail, "return false;"
                 try:
-                    bounds = self._lane_bounds(x, depth + 1)
+                    bounds = self._lane_bounds(x, depth + 2)
                 finally:
                     self.bail = saved
                 value, value_err = self._expr_and_err(x.value, x.loc.line)
@@ -835,10 +852,13 @@ class CppEmitter:
                 lines += [f"{pad}{{", f"{pad}{IND}bool xl_prelude_failed = false;",
                           f"{pad}{IND}XL_UNROLL for (int32_t xl_g = 0; xl_g < {g.size}; ++xl_g) {{",
                           f"{pad}{IND * 2}if (xl_g >= xl_n) continue;", *bind(g.preludes[:k], pad + IND * 2),
-                          *self._preludes([x], depth + 2, "{ xl_prelude_failed = true; continue; }"),
+                          *self._preludes([x], depth + 3, "{ xl_prelude_failed = true; continue; }"),
                           f"{pad}{IND * 2}xl_pre_{cpp[x.name]}[xl_g] = {cpp[x.name]};",
                           f"{pad}{IND}}}", f"{pad}{IND}if (xl_prelude_failed) return false;", f"{pad}}}"]
-        return lines
+        key = [("xl_prelude_t0", "xl_t0"), ("xl_prelude_n", "xl_n")] + ([("xl_prelude_r0", "xl_row0")] if per_tile else [])
+        # (nothing kept while they are computed: a failure leaves some positions' values overwritten)
+        return [f"{IND * depth}if ({' || '.join(f'{kept} != {now}' for kept, now in key)}) {{",
+                f"{pad}xl_prelude_t0 = -1;", *lines, *[f"{pad}{kept} = {now};" for kept, now in key], f"{IND * depth}}}"]
 
     def _rows_body(self, s: ir.Lanes, g, depth) -> list[str]:
         """The rows path of a loop's fast path (xl_lanes_grouped): the iterations xl_t * K +

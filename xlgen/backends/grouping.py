@@ -25,8 +25,9 @@ row's sum in lanes of its own, and each row's tail runs on one of them.
 split the loop variable by one constant K (`e / K`, the position; `e % K`, the row), lets
 computed from those alone (`row = t * H + i / HEAD`), then (optionally) preludes, lets and
 reductions reading the position but no row (an RMS norm's `ss = sum(j in 0..D: x[t * D + j] *
-x[t * D + j])`, `n = rsqrt(ss / D as f32 + EPS)`: a tile computes them once per position, as an
-iteration would, and fails as a whole where one fails), then sums whose start reads no local of
+x[t * D + j])`, `n = rsqrt(ss / D as f32 + EPS)`; or the head's lets the same over a tile's rows,
+as a softmax's `m = max(s in 0..lo + t + 1: att[row * ctx + s])`: a tile computes them once per
+position, as an iteration would, and fails as a whole where one fails), then sums whose start reads no local of
 the body (the same for every iteration: lane l's elements are l, l + 32, ... from it), whose stop
 may read the head (attention's causal `0..lo + t + 1`: each sum of a tile adds its own elements
 only) and whose elements read only those lets, the loop variable, the sum's own variable, names
@@ -67,10 +68,11 @@ def locals_read(e: ir.Expr) -> set[str]:
 
 
 def _simple(e: ir.Expr, pools: bool = False, builtins: bool = False) -> bool:
-    """Reads only locals, constants, fields, params, tensors and arrays (no calls: helpers may
-    do anything; pools only where a tile can fall back on the checked loop: their owner checks;
-    builtins (`rsqrt`) likewise, only where it can)."""
-    if (isinstance(e, ir.Call) and not (builtins and e.builtin and not e.warp)
+    """Reads only locals, constants, fields, params, tensors and arrays, and calls builtins that
+    cannot fail (ir.INFALLIBLE_BUILTINS: `exp`); no other calls (helpers may do anything); pools
+    only where a tile can fall back on the checked loop (their owner checks); other builtins
+    likewise, only where it can."""
+    if (isinstance(e, ir.Call) and not (builtins and e.builtin and not e.warp) and not ir.infallible_call(e)
             or isinstance(e, ir.PoolLoad) and not pools):
         return False
     return all(_simple(c, pools, builtins) for c in ranges.children(e))
@@ -100,6 +102,13 @@ class Rows:
 
     def prelude_names(self) -> set[str]:
         return {x.name for x in self.preludes}
+
+    def preludes_per_tile(self, var: str) -> bool:
+        """Whether a prelude reads a let the same over a tile's rows (per_tile: attention's `row`):
+        the preludes are then a tile's rows' as well as its positions'."""
+        names = self.per_tile(var)
+        return any(locals_read(e) & names for x in self.preludes
+                   for e in ((x.start, x.stop, x.value) if isinstance(x, ir.Reduce) else (x.value,)))
 
     def per_row(self, var: str) -> set[str]:
         """Names whose value may differ between the rows of a tile (the head's lets but those
@@ -204,7 +213,9 @@ def _head(s: ir.Lanes, ragged: bool) -> Rows | None:
         return sums
 
     rest = list(body)
-    preludes = _preludes(rest, positions, body_locals | {s.var}, assigned)
+    # (preludes may read the lets the same over a tile's rows: attention's `row = t * H + i / HEAD`)
+    per_tile = Rows(k, tuple(positions), tuple(rows), tuple(lets), (), ()).per_tile(s.var)
+    preludes = _preludes(rest, [*positions, *per_tile], body_locals | {s.var}, assigned)
     sums = take_sums(rest, head_names | {x.name for x in preludes})
     if not sums:  # (preludes only where sums follow them: else the sums are those of old)
         rest, preludes = list(body), []
@@ -212,12 +223,13 @@ def _head(s: ir.Lanes, ragged: bool) -> Rows | None:
     return Rows(k, tuple(positions), tuple(rows), tuple(lets), tuple(sums), tuple(rest), tuple(preludes))
 
 
-def _preludes(body: list, positions: list[str], body_locals: set[str], assigned: set[str]) -> list[ir.Stmt]:
+def _preludes(body: list, fixed: list[str], body_locals: set[str], assigned: set[str]) -> list[ir.Stmt]:
     """Take from the front of `body` the lets and reductions that read of the body's locals only
-    the positions and earlier such statements (Rows.preludes). A tile's warp computes them for
-    each of its positions before its sums; one that fails fails the tile, which then runs an
-    iteration at a time (so builtins may be called: their errors are the iteration's)."""
-    fixed, taken = set(positions), []
+    `fixed` (the positions, the lets the same over a tile's rows) and earlier such statements
+    (Rows.preludes). A tile's warp computes them for each of its positions before its sums; one
+    that fails fails the tile, which then runs an iteration at a time (so builtins may be called:
+    their errors are the iteration's)."""
+    fixed, taken = set(fixed), []
     while body:
         x = body[0]
         if isinstance(x, ir.Let):

@@ -27,6 +27,7 @@ class Generator(ExpressionGen, StatementGen, ProcGen, ProgramGen):
         self.page_rng = random.Random(f"page sums {seed}")
         self.stop_rng = random.Random(f"sum stops {seed}")
         self.prelude_rng = random.Random(f"tile preludes {seed}")
+        self.tile_prelude_rng = random.Random(f"preludes reading tile lets {seed}")
         self.nasty = nasty_names and self.rng.random() < 0.5
         # How often an operation takes its error-prone form (a raw index, shift amount, divisor,
         # f32 -> int cast, builtin argument). Varied per program ("swarm testing"): some programs

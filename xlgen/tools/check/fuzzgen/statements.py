@@ -308,13 +308,19 @@ class StatementGen:
             ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
         # now and then (a stream of its own) a let the same over a tile of rows, as attention's
         # `t * H + i / HEAD` (grouping.Rows.per_tile: the column only over a multiple of 32)
+        tile_let = None
         if self.tile_rng.random() < 0.3:
             form = self.tile_rng.choice(["{c} / 32", "{t} * 3 + {c} / 64", "{c} / 32 - {t}"])
-            head_lets.append(name := self.new_local(ctx, "h"))
-            lines.append(f"{pad}let {name} = " + form.format(t=row, c=col))
-            ctx.scopes[-1][name] = Sym(name, "i32", mutable=False)
+            head_lets.append(tile_let := self.new_local(ctx, "h"))
+            lines.append(f"{pad}let {tile_let} = " + form.format(t=row, c=col))
+            ctx.scopes[-1][tile_let] = Sym(tile_let, "i32", mutable=False)
         if self.prelude_rng.random() < 0.3:  # a stream of its own: older seeds unchanged
-            lines += self.position_preludes(ctx, {var, col, *head_lets}, row, ind)
+            # now and then (a stream of its own) preludes that may read that let, as attention's
+            # row maximum reads `row` (grouping.Rows.preludes_per_tile)
+            shown = {tile_let} if tile_let and self.tile_prelude_rng.random() < 0.5 else set()
+            if shown:
+                lines += self.tile_prelude(ctx, tile_let, row, ind)
+            lines += self.position_preludes(ctx, {var, col, *head_lets} - shown, row, ind)
         t, length = self.pick(["f32", "f32", "i32"]), self.pick([3, 32, 40, 64])
         # now and then (a stream of its own) a stop that reads the position or the row, as
         # attention's causal `0..lo + t + 1` (a weight-once tile's sums then stop each on its own)
@@ -327,6 +333,22 @@ class StatementGen:
         if self.matvec_rng.random() < 0.4:  # a stream of its own: older seeds unchanged
             lines += self.matvec_sum(ctx, row, col, ind)
         return lines
+
+    def tile_prelude(self, ctx: Ctx, tile: str, position: str, ind: int) -> list[str]:
+        """A maximum over the row of an array that a let the same over the tile's rows picks, up to
+        a bound that reads the position: attention's `let m = max(s in 0..lo + t + 1: att[row *
+        ctx + s])` (grouping.Rows.preludes_per_tile), which the sums after it may read."""
+        rng = self.tile_prelude_rng
+        written = ctx.lanes or {}
+        arrays = [a for a in self.arrays_of(ctx, "f32") if a.name not in written]
+        if not arrays:
+            return []
+        a, n = rng.choice(arrays), rng.choice([8, 32])
+        length, s = a.type.length, self.fresh("s", nasty=False)
+        name = self.new_local(ctx, "pm")
+        ctx.scopes[-1][name] = Sym(name, "f32", mutable=False)
+        return [f"{'    ' * ind}let {name} = max({s} in 0..min({position} + 1, {n}): "
+                f"{a.name}[(({tile} * {n} + {s}) % {length} + {length}) % {length}])"]
 
     def position_preludes(self, ctx: Ctx, per_row: set[str], position: str, ind: int) -> list[str]:
         """A reduction or two reading the position but not the row, then now and then a let of
