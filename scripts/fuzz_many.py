@@ -20,8 +20,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # checked once before it (emit_cpp._page_checked_once)
     PRELUDES=1 python3 scripts/fuzz_many.py ...                # only programs whose tiles compute a position's
                                                                # reductions and lets first (grouping.Rows.preludes)
-    TILE_PRELUDES=1 python3 scripts/fuzz_many.py ...           # only programs whose weight-once tiles' preludes
-                                                               # read a let the same over the tile's rows
+    TILE_PRELUDES=1 python3 scripts/fuzz_many.py ...           # only programs whose tiles' preludes read a let
+                                                               # the same over the tile's rows
                                                                # (grouping.Rows.preludes_per_tile)
     RUNS=1 python3 scripts/fuzz_many.py ...                    # only programs with reductions side by side
                                                                # taken in one pass (ir.reduction_runs)
