@@ -814,15 +814,15 @@ class CppEmitter:
         cpp = {x.name: names.cpp(x.name) for x in g.preludes}
         lines = []
         per_tile = g.preludes_per_tile(var)
-        varying = set(g.positions) | set(cpp) | (g.per_tile(var) if per_tile else set())
+        tile_lets = [x for x in g.lets if x.name in g.per_tile(var)] if per_tile else []  # (read by preludes)
+        varying = set(g.positions) | set(cpp) | {x.name for x in tile_lets}
+        bound = [(n, position) for n in g.positions] + [(n, "xl_row0") for n in (g.rows if per_tile else ())]
 
         def bind(earlier, inner: str) -> list[str]:
             """Position xl_g's names: its position, the lets the same over the tile's rows (from its
             first row), earlier preludes."""
-            rows = [(n, "xl_row0") for n in g.rows] if per_tile else []
-            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};"
-                     for n, value in [(n, position) for n in g.positions] + rows]
-                    + (self._head_lets([x for x in g.lets if x.name in g.per_tile(var)], inner) if per_tile else [])
+            return ([f"{inner}[[maybe_unused]] const int32_t {names.cpp(n)} = {value};" for n, value in bound]
+                    + self._head_lets(tile_lets, inner)
                     + [f"{inner}[[maybe_unused]] const {cpp_ops.value_type(x.type)} {cpp[x.name]} = "
                        f"xl_pre_{cpp[x.name]}[xl_g];" for x in earlier])
 
