@@ -407,12 +407,15 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     const int rank = (int)XL_TEAM_RANK, block_rank = (int)threadIdx.x;
     const int gteam = (int)blockIdx.x / XL_TEAM_BLOCKS;  // (a cluster's blocks are consecutive)
     const int nteams = (int)gridDim.x / XL_TEAM_BLOCKS;
+    // The requests' teams: all, or all but team 0, which then serves phase 2 alone (XL_PHASE2_TEAM).
+    const int req_team = gteam - XL_PHASE2_TEAM, req_teams = nteams - XL_PHASE2_TEAM;
     uint32_t* slot = xl_smem;
     xl_team_start();
 #else
     const int rank = lane, block_rank = lane;
     const int gteam = warp * (int)gridDim.x + (int)blockIdx.x;  // spread requests over blocks (SMs) first
     const int nteams = (int)gridDim.x * warps_per_block;
+    const int req_team = gteam, req_teams = nteams;
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
 #endif
     // The launch's parameters stay where the launch put them, in the constant bank
@@ -446,7 +449,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
         // arbiters (`done when` reads shared state). Without a turn nothing can change
         // the request after its stages, so the warp retires it itself when it can.
         int turns = 0;  // (rank 0) a request of this team takes a phase-2 turn
-        for (int32_t i = gteam; i < n_active; i += nteams) {
+        for (int32_t i = req_team < 0 ? n_active : req_team; i < n_active; i += req_teams) {
             const int32_t id = active[i];
             // Only this team writes request `id` this round; if it also ran it last round, the
             // slot still holds it, but for the fields phase 2 wrote if it took a turn (k == 2).

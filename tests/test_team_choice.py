@@ -126,6 +126,26 @@ def test_a_team_of_several_blocks_is_a_cluster_with_a_request_copy_per_block(tmp
     assert capsys.readouterr().out.strip() == f"{expected} (team 16x4)"
 
 
+def test_phase2_gets_a_team_of_its_own_with_cluster_teams(tmp_path, monkeypatch):
+    """XL_PHASE2_TEAM: built in by default for teams of several blocks (the host then launches one
+    team more), never for teams of one warp; XLGEN_PHASE2_TEAM=0 or 1 overrides it (its own cubin)."""
+    monkeypatch.setenv("XLGEN_CACHE", str(tmp_path))
+    monkeypatch.delenv("XLGEN_NVRTC_OPTIONS", raising=False)
+    monkeypatch.delenv("XLGEN_PHASE2_TEAM", raising=False)
+    compiled = load_text(MATVEC, "matvec.xl")
+    assert gpu.phase2_team(16, 8) and gpu.phase2_team(4, 2)
+    assert not gpu.phase2_team(16, 1) and not gpu.phase2_team(1, 1)
+    default = gpu.cubin_plan(compiled, 16, "90", team_blocks=8)
+    assert "-DXL_PHASE2_TEAM=1" in default[1]
+    assert "-DXL_PHASE2_TEAM=1" not in gpu.cubin_plan(compiled, 16, "90")[1]
+    monkeypatch.setenv("XLGEN_PHASE2_TEAM", "0")
+    assert not gpu.phase2_team(16, 8)
+    off = gpu.cubin_plan(compiled, 16, "90", team_blocks=8)
+    assert "-DXL_PHASE2_TEAM=1" not in off[1] and off[2] != default[2]
+    monkeypatch.setenv("XLGEN_PHASE2_TEAM", "1")
+    assert gpu.phase2_team(16, 1) and not gpu.phase2_team(1, 1)
+
+
 def test_run_refuses_blocks_of_one_warp():
     from click.testing import CliRunner
 

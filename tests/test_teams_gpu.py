@@ -253,3 +253,58 @@ def test_a_cluster_team_spreads_loops_by_their_work(program, failing, team_warps
     assert len(want.records) > 0 and len(want.errors()) == failing
     got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
     assert compare(compiled.program, want, got) is None
+
+
+# Phase 2 on a team of its own (XL_PHASE2_TEAM, the default for cluster teams): team 0 takes no
+# request and runs the collective stage alone, the other teams take the requests, which change
+# teams as the active list changes (5 at a time of 12, retiring after 3-6 rounds). The same
+# records with it and without, for cluster teams and a team of one block.
+PHASE2_TEAM = """pipeline phase2_team
+const N: i32 = 64
+shared {
+    total: i32
+    slot: i32[64] = -1
+}
+request {
+    n: i32
+    a: f32[N]
+    b: f32[N]
+    got: i32
+    place: i32
+}
+stage s {
+    lanes for i in 0..N {
+        let t = sum(j in 0..N: a[j] * (i + j + n + place) as f32)
+        b[i] = t * 0.001 + 1.0
+    }
+    lanes for i in 0..N {
+        a[i] = b[N - 1 - i]
+    }
+    n += 1
+}
+collective c {
+    let at = scan(n + req_id % 3)
+    let all = sum(n)
+    got = all + total
+    place = at
+    total += n
+    slot[req_id % 64] = at
+}
+trace s: n, a, place
+trace c: got, place
+done when n >= 3 + req_id % 4
+"""
+
+
+@pytest.mark.parametrize("team_warps,team_blocks", [(4, 1), (4, 2), (16, 4)])
+@pytest.mark.parametrize("own", ["0", "1"])
+def test_phase2_on_a_team_of_its_own(own, team_warps, team_blocks, monkeypatch):
+    monkeypatch.setenv("XLGEN_PHASE2_TEAM", own)
+    compiled = load_text(PHASE2_TEAM, "phase2_team.xl")
+    inputs = [{} for _ in range(12)]
+    config = sim.LaunchConfig(max_active=5, max_rounds=50)
+    want = sim.run(compiled.sim_module(), {}, inputs, config)
+    assert len(want.records) > 0 and not want.errors()
+    got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
+    assert got.extra["phase2_team"] == (own == "1")
+    assert compare(compiled.program, want, got) is None  # (the records, the requests' and shared state)

@@ -186,7 +186,21 @@ def kernel_options(team_warps: int = 1, mode: int = REQUEST_IN_SHARED, team_bloc
         extra += (f"-DXL_TEAM_WARPS={team_warps}",)
     if team_blocks > 1:
         extra += (f"-DXL_TEAM_BLOCKS={team_blocks}",)
+    if phase2_team(team_warps, team_blocks):
+        extra += ("-DXL_PHASE2_TEAM=1",)
     return extra
+
+
+def phase2_team(team_warps: int, team_blocks: int) -> bool:
+    """Whether the grid's first team takes no request and serves phase 2 alone, on SMs of its own
+    (xl_runtime.cuh, XL_PHASE2_TEAM; the host launches one team more): by default for a team of
+    several blocks, whose spare SMs cost nothing at the batches it is chosen for (H200, real pair:
+    plain greedy +5.4% at batch 1, +2.4% at batch 8; docs/benchmarks.md, twenty-fourth session).
+    XLGEN_PHASE2_TEAM=0 or 1 sets it for any team of several warps (A/B runs)."""
+    if team_warps == 1:
+        return False
+    value = os.environ.get("XLGEN_PHASE2_TEAM")
+    return value == "1" if value in ("0", "1") else team_blocks > 1
 
 
 # A request's team: 1 warp, or a block of this many warps (xl_runtime.cuh, XL_TEAM_WARPS):
@@ -379,6 +393,7 @@ class TimelineBuffers:
     grid: int
     threads: int
     team_blocks: int = 1  # blocks per team (a cluster): a team's header names its first block
+    phase2_team: bool = False  # team 0 served phase 2 alone (XL_PHASE2_TEAM)
 
     @property
     def dropped(self) -> int:
@@ -475,6 +490,13 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
     if serves:
         blocks = max(2, blocks)
+    if phase2_team(team, blocks_per_team):  # one team more, for phase 2 (unless the caller's grid has it)
+        if grid is not None and grid < 2 * blocks_per_team:
+            raise ValueError(f"grid = {grid}: phase 2's own team (XLGEN_PHASE2_TEAM) needs a second team of "
+                             f"{blocks_per_team} block(s) for the requests")
+        # (one block more in a team of one block: the grid holds one per SM and more than the batch
+        # needs from 2 requests on, grid_size)
+        blocks = grid or (blocks + blocks_per_team if blocks_per_team > 1 else max(2, blocks))
     width = _record_words(compiled)
     capacity = max(4096, 64 * n)  # records; a run that needs more is repeated with room for all
     overflow = 4096  # (word, slot) pairs a collective stage may note past the requests' own lists; likewise
@@ -536,7 +558,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             split = teams * tl_capacity * TIMELINE_WORDS
             tl = TimelineBuffers(host[:split].reshape(teams, tl_capacity, TIMELINE_WORDS),
                                  host[split:].reshape(teams, TIMELINE_HEADER_WORDS), tl_capacity, mode, team,
-                                 blocks, threads, blocks_per_team)
+                                 blocks, threads, blocks_per_team, phase2_team(team, blocks_per_team))
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
@@ -544,6 +566,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     result.extra["timing"] = timing
     result.extra["team_warps"] = team
     result.extra["team_blocks"] = blocks_per_team
+    result.extra["phase2_team"] = phase2_team(team, blocks_per_team)
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
     result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps

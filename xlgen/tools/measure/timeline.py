@@ -93,13 +93,16 @@ def to_trace(buffers, program=None, meta: dict | None = None) -> dict:
         label = (f"block {block} warp {warp}" if buffers.team_warps == 1
                  else f"block {block} (team of {buffers.team_warps} warps)" if blocks == 1
                  else f"blocks {block}-{block + blocks - 1} (team of {buffers.team_warps} warps x {blocks} blocks)")
+        if team == 0 and buffers.phase2_team:
+            label += ", phase 2's own (no requests)"
         meta_events.append({"name": "thread_name", "ph": "M", "pid": sm, "tid": team, "args": {"name": label}})
         meta_events.append({"name": "thread_sort_index", "ph": "M", "pid": sm, "tid": team,
                             "args": {"sort_index": team}})
     dropped = {int(t): int(tried[t] - buffers.capacity) for t in range(teams) if tried[t] > buffers.capacity}
     other = {"schema": SCHEMA, "clock": "%globaltimer (ns), from the earliest event", "start_ns": t0,
              "mode": buffers.mode, "grid": buffers.grid, "threads": buffers.threads,
-             "team_warps": buffers.team_warps, "teams": teams, "capacity": buffers.capacity,
+             "team_warps": buffers.team_warps, "teams": teams, "phase2_team": buffers.phase2_team,
+             "capacity": buffers.capacity,
              "events": len(out), "dropped": sum(dropped.values()), "dropped_by_team": dropped, "rounds": rounds}
     other.update(meta or {})
     return {"traceEvents": meta_events + out, "displayTimeUnit": "ns", "otherData": other}
