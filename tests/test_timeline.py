@@ -174,6 +174,12 @@ def test_a_cluster_team_is_named_by_its_blocks(program):
         Writer(b, team, 8 * team, 8 * team, 0).event(tl.BARRIER, tl.NONE, -1, -1, 0, 100)
     names = {e["args"]["name"] for e in tl.to_trace(b, program)["traceEvents"] if e["name"] == "thread_name"}
     assert names == {"blocks 0-7 (team of 16 warps x 8 blocks)", "blocks 8-15 (team of 16 warps x 8 blocks)"}
+    b.phase2_team = True  # team 0 served phase 2 alone (XL_PHASE2_TEAM): the trace says so
+    trace = tl.to_trace(b, program)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"blocks 0-7 (team of 16 warps x 8 blocks), phase 2's own (no requests)",
+                     "blocks 8-15 (team of 16 warps x 8 blocks)"}
+    assert trace["otherData"]["phase2_team"] is True
 
 
 def test_a_full_slice_drops_the_rest_and_says_so(program, tmp_path):
