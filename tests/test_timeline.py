@@ -180,6 +180,10 @@ def test_a_cluster_team_is_named_by_its_blocks(program):
     assert names == {"blocks 0-7 (team of 16 warps x 8 blocks), phase 2's own (no requests)",
                      "blocks 8-15 (team of 16 warps x 8 blocks)"}
     assert trace["otherData"]["phase2_team"] is True
+    # its waits are a row of their own in the profile, not the requests' teams' barrier wait
+    rows = {(r.parent, r.what): r for r in tl.profile(trace).rows}
+    assert rows[(None, "barrier wait (phase 2's own team)")].total_us == 0.1
+    assert rows[(None, "barrier wait")].total_us == 0.1 and rows[(None, "barrier wait")].events == 1
 
 
 def test_a_full_slice_drops_the_rest_and_says_so(program, tmp_path):

@@ -271,11 +271,16 @@ def profile(trace) -> Breakdown:
         totals[key][1] += ns
 
     covered = 0
-    for thread in spans.values():
+    # Phase 2's own team (team 0, XL_PHASE2_TEAM) waits while the others run their requests: its
+    # waits get a row of their own, so that "barrier wait" stays the requests' teams'.
+    phase2_team = bool(trace.get("otherData", {}).get("phase2_team"))
+    for (_pid, tid), thread in spans.items():
         stack: list[tuple] = []  # (start, end, key, holds parts)
         for start, end, e in thread:
             _close_finished(stack, start, end)
             label = e["name"] if e["cat"] in ("request", "barrier", "phase2", "unknown") else f"{e['name']} ({e['cat']})"
+            if phase2_team and tid == 0 and e["cat"] == "barrier":
+                label = f"{e['name']} (phase 2's own team)"
             holder = next((s[2] for s in reversed(stack) if s[3]), None)  # a part's parent: what holds it
             key = (holder[1] if holder else None, label)
             add(key, end - start)
