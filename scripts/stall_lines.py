@@ -13,6 +13,7 @@ Two steps, since ncu runs only on the GPU machine and the cubin's line table is 
     # here, with nvdisasm, the same cubin (XLGEN_CACHE=.xlcache XLGEN_NVRTC_OPTIONS=-lineinfo
     # python3 scripts/precompile_cubins.py prints its path):
     python3 scripts/stall_lines.py lines OUT/sass_samples.json --cubin CUBIN [--top 40]
+    python3 scripts/stall_lines.py phase2 OUT/sass_samples.json --cubin CUBIN   # phase 2's parts
 
 `sample` writes sass_samples.json: every SASS instruction of xl_run_deterministic that was
 sampled or executed, in program order, with its samples by reason. `lines` aligns them with
@@ -213,6 +214,71 @@ def lines(args) -> int:
     return 0
 
 
+def phase2_regions(kernel_source: str) -> dict[int, str]:
+    """Kernel line -> the part of phase 2 it belongs to: a collective stage's code ("NAME (its
+    code)", from its `// FILE:LINE: collective NAME` mark), its `Stage_NAME` wrapper (guard, segment
+    dispatch, trace: "NAME (its wrapper)") or the driver `run_collective`; lines of anything else
+    are absent."""
+    out, region = {}, None
+    lines = kernel_source.splitlines()
+    for number, text in enumerate(lines, 1):
+        mark = re.match(r"// \S+:\d+: (collective stage|collective|stage|arbiter) (\w+)$", text)
+        if mark:
+            kind, name = mark.groups()
+            region = {"collective": f"{name} (its code)", "collective stage": f"{name} (its wrapper)"}.get(kind)
+        elif text.startswith("XL_DEVICE bool run_collective("):
+            region = "run_collective (the driver)"
+        elif text.startswith(("template <typename S>", "XL_DEVICE void xl_emit(", "XL_DEVICE int retire_check(")):
+            region = None
+        if region:
+            out[number] = region
+    return out
+
+
+def phase2(args) -> int:
+    """Phase 2's share of the samples: per part (each collective stage's code and wrapper, the
+    driver), the samples, the stalls of those not at a barrier, and the warp instructions executed."""
+    data = json.loads(Path(args.samples).read_text())
+    listing = disassembly_lines(Path(args.cubin))
+    if len(listing) != data["instructions"]:
+        raise SystemExit(f"nvdisasm lists {len(listing)} instructions, ncu {data['instructions']}: not the same cubin")
+    kernel = next(Path(args.cubin).resolve().parent.glob("*_kernel.cuh"))
+    by_part = phase2_attribute(data["rows"], listing, phase2_regions(kernel.read_text()), str(kernel))
+    total = defaultdict(float)
+    for counts in by_part.values():
+        for name, v in counts.items():
+            total[name] += v
+    print(f"phase 2's code, {data.get('n', '?')} new tokens (block {data.get('block', 0) or 'plain'}): samples, the "
+          "stalls of those not at a barrier, warp instructions executed (every warp of the block counted)")
+    for part, counts in sorted(by_part.items(), key=lambda kv: -kv[1].get(SAMPLES, 0.0)) + [("all", total)]:
+        print(f"  {part:40} {phase2_line(counts)}")
+    return 0
+
+
+def phase2_attribute(rows: list[dict], listing, regions: dict[int, str], kernel: str) -> dict[str, dict]:
+    """Each sampled instruction's counts added to the phase-2 part of its innermost kernel line."""
+    by_part = defaultdict(lambda: defaultdict(float))
+    for row in rows:
+        op, places = listing[row["index"]]
+        if op != opcode(row["sass"]):
+            raise SystemExit(f"instruction {row['index']}: ncu has {row['sass']!r}, nvdisasm {op}: not the same cubin")
+        in_kernel = next((p for p in places if p.rsplit(":", 1)[0] == kernel), None)
+        part = regions.get(int(in_kernel.rsplit(":", 1)[1])) if in_kernel else None
+        if part:
+            for name, v in row["counts"].items():
+                by_part[part][name] += v
+    return by_part
+
+
+def phase2_line(counts: dict) -> str:
+    stalls = {k[len("stall_"):]: v for k, v in counts.items() if k.startswith("stall_") and "Not Issued" not in k}
+    busy = sum(stalls.values()) - stalls.get("barrier", 0.0)
+    mix = ", ".join(f"{k} {v / busy:.0%}" for k, v in sorted(stalls.items(), key=lambda kv: -kv[1])[:5]
+                    if k != "barrier") if busy else "-"
+    return (f"{counts.get(SAMPLES, 0.0):>7.0f} samples, {busy:>6.0f} not at a barrier: {mix}; "
+            f"{counts.get('Instructions Executed', 0.0):>10.0f} instructions")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -234,11 +300,14 @@ def main(argv=None) -> int:
     m.add_argument("--mix", action="append", metavar="LINE",
                    help="also the instruction mix of a .xl line (e.g. stages/byte_pass.xl:125), per FMUL")
     m.add_argument("--json", help="also write every line's counts here")
+    q = sub.add_parser("phase2", help="here: phase 2's samples, by collective stage and driver")
+    q.add_argument("samples")
+    q.add_argument("--cubin", required=True)
     args = ap.parse_args(argv)
     if args.cmd == "child":
         child(args.block, args.n, args.team)
         return 0
-    return sample(args) if args.cmd == "sample" else lines(args)
+    return {"sample": sample, "lines": lines, "phase2": phase2}[args.cmd](args)
 
 
 if __name__ == "__main__":

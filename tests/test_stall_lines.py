@@ -92,3 +92,43 @@ def test_another_cubin_is_refused():
     rows = [{"index": 1, "sass": "FADD R1, R2, R3", "counts": {"Instructions Executed": 1.0}}]
     with pytest.raises(SystemExit, match="not the same cubin"):
         sl.attribute(rows, sl.parse_disassembly(DISASSEMBLY), sl.xl_sites(KERNEL_SOURCE), KERNEL)
+
+
+# A generated kernel's phase-2 parts (kernel.cuh.j2): a collective stage's code after its
+# `collective NAME` mark, its Stage_ wrapper after `collective stage NAME`, the driver
+# run_collective; per-request stages, xl_emit and run_stage belong to none.
+PHASE2_SOURCE = "\n".join([
+    "// stages/a.xl:3: stage s",              # 1 a per-request stage's code
+    "XL_STAGE XlErr stage_s() {",
+    "// stages/kv.xl:9: collective kv",       # 3 the collective stage's code
+    "XL_DEVICE XlErr stage_kv() {",
+    "}",
+    "XL_DEVICE void xl_emit(XlSink sink) {",  # 6
+    "// stages/a.xl:3: stage s",              # 7 a per-request stage's wrapper
+    "struct Stage_s {",
+    "// stages/kv.xl:9: collective stage kv",  # 9 the collective stage's wrapper
+    "struct Stage_kv {",
+    "template <typename S>",                  # 11 run_stage
+    "XL_DEVICE bool run_stage() {",
+    "template <typename S>",                  # 13
+    "XL_DEVICE bool run_collective(Request* reqs) {",
+    "    return true;",
+    "XL_DEVICE int retire_check() {",         # 16
+])
+
+
+def test_phase2_parts_of_the_kernel():
+    regions = sl.phase2_regions(PHASE2_SOURCE)
+    assert regions == {3: "kv (its code)", 4: "kv (its code)", 5: "kv (its code)", 9: "kv (its wrapper)",
+                       10: "kv (its wrapper)", 14: "run_collective (the driver)", 15: "run_collective (the driver)"}
+    # the LDC's kernel line is 3 (kv's code); the LDG's and FMUL's is 7, a per-request stage's wrapper:
+    # not phase 2. Moved to line 4, they are kv's too.
+    rows = [{"index": i, **r} for i, r in enumerate(sl.parse_source_csv(SOURCE_PAGE)) if r["counts"]]
+    by_part = sl.phase2_attribute(rows, sl.parse_disassembly(DISASSEMBLY), regions, KERNEL)
+    assert {k: dict(v) for k, v in by_part.items()} == {"kv (its code)": {"Instructions Executed": 32.0}}
+    moved = sl.parse_disassembly(DISASSEMBLY.replace(f'"{KERNEL}", line 7', f'"{KERNEL}", line 4'))
+    by_part = sl.phase2_attribute(rows, moved, regions, KERNEL)
+    assert set(by_part) == {"kv (its code)"} and by_part["kv (its code)"]["stall_long_sb"] == 7
+    assert by_part["kv (its code)"]["Instructions Executed"] == 32 + 1024 + 2048
+    assert sl.phase2_line(by_part["kv (its code)"]).split(":")[0].split() == ["10", "samples,", "10", "not", "at", "a",
+                                                                               "barrier"]
