@@ -160,6 +160,15 @@ def short(where: str) -> str:
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
+def kernel_place(row: dict, listing, kernel: str) -> tuple[list[str], str | None]:
+    """A sampled instruction's source places (innermost first) and its innermost place in the
+    generated kernel, if any. Stops where its opcode is not nvdisasm's (another cubin)."""
+    op, places = listing[row["index"]]
+    if op != opcode(row["sass"]):
+        raise SystemExit(f"instruction {row['index']}: ncu has {row['sass']!r}, nvdisasm {op}: not the same cubin")
+    return places, next((p for p in places if p.rsplit(":", 1)[0] == kernel), None)
+
+
 def attribute(rows: list[dict], listing, sites: list[str], kernel: str):
     """Each sampled instruction's counts added to its .xl line (by_line) and to that line and its
     innermost source place (by_inner: the runtime's template code, a kernel line); by_op: per
@@ -169,10 +178,7 @@ def attribute(rows: list[dict], listing, sites: list[str], kernel: str):
     by_inner = defaultdict(lambda: defaultdict(float))
     by_op = defaultdict(lambda: defaultdict(float))
     for row in rows:
-        op, places = listing[row["index"]]
-        if op != opcode(row["sass"]):
-            raise SystemExit(f"instruction {row['index']}: ncu has {row['sass']!r}, nvdisasm {op}: not the same cubin")
-        in_kernel = next((p for p in places if p.rsplit(":", 1)[0] == kernel), None)
+        places, in_kernel = kernel_place(row, listing, kernel)
         xl = sites[int(in_kernel.rsplit(":", 1)[1])] if in_kernel else short(places[-1] if places else "?")
         inner = short(places[0]) if places else "?"
         for name, v in row["counts"].items():
@@ -259,10 +265,7 @@ def phase2_attribute(rows: list[dict], listing, regions: dict[int, str], kernel:
     """Each sampled instruction's counts added to the phase-2 part of its innermost kernel line."""
     by_part = defaultdict(lambda: defaultdict(float))
     for row in rows:
-        op, places = listing[row["index"]]
-        if op != opcode(row["sass"]):
-            raise SystemExit(f"instruction {row['index']}: ncu has {row['sass']!r}, nvdisasm {op}: not the same cubin")
-        in_kernel = next((p for p in places if p.rsplit(":", 1)[0] == kernel), None)
+        _places, in_kernel = kernel_place(row, listing, kernel)
         part = regions.get(int(in_kernel.rsplit(":", 1)[1])) if in_kernel else None
         if part:
             for name, v in row["counts"].items():

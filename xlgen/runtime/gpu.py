@@ -490,7 +490,8 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
         blocks = grid or grid_size(kernel, shared_bytes, useful * team if team > 1 else useful, threads)
     if serves:
         blocks = max(2, blocks)
-    if phase2_team(team, blocks_per_team):  # one team more, for phase 2 (unless the caller's grid has it)
+    own_phase2 = phase2_team(team, blocks_per_team)
+    if own_phase2:  # one team more, for phase 2 (unless the caller's grid has it)
         if grid is not None and grid < 2 * blocks_per_team:
             raise ValueError(f"grid = {grid}: phase 2's own team (XLGEN_PHASE2_TEAM) needs a second team of "
                              f"{blocks_per_team} block(s) for the requests")
@@ -558,7 +559,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
             split = teams * tl_capacity * TIMELINE_WORDS
             tl = TimelineBuffers(host[:split].reshape(teams, tl_capacity, TIMELINE_WORDS),
                                  host[split:].reshape(teams, TIMELINE_HEADER_WORDS), tl_capacity, mode, team,
-                                 blocks, threads, blocks_per_team, phase2_team(team, blocks_per_team))
+                                 blocks, threads, blocks_per_team, own_phase2)
     finally:
         flags.close()
     result = RunResult(records=table[order], requests=reqs_out, shared=shared_out, rounds=rounds,
@@ -566,7 +567,7 @@ def run(compiled, params=None, inputs: list[dict] | None = None, config: LaunchC
     result.extra["timing"] = timing
     result.extra["team_warps"] = team
     result.extra["team_blocks"] = blocks_per_team
-    result.extra["phase2_team"] = phase2_team(team, blocks_per_team)
+    result.extra["phase2_team"] = own_phase2
     # Device time at which round k ended, relative to the start (index 0): traces
     # carry rounds, so a traced event in round k happened by round_end_ns[k + 1].
     result.extra["round_end_ns"] = (stamps.astype(np.int64) - int(stamps[0])) if len(stamps) else stamps
