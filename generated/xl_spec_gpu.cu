@@ -344,8 +344,18 @@ __device__ void xl_arbiter_turns(int stage, Request* reqs, Shared* sh, const Par
 
 // Phase 2 by every thread of the span (one block, or the grid: XlSpan), the arbiters and
 // collective stages in declaration order; an arbiter's turns by block 0, then the span syncs.
-// False: aborted (over the grid).
-__device__ bool xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+// False: aborted (over the grid). XL_PHASE2_CALL: a function of its own, its registers allocated
+// apart from the kernel's other code, which it joins once a round; by default where phase 2 has
+// its own team (the real pair: +1.6-2.6% end to end, H200; docs/benchmarks.md, twenty-fifth session).
+#ifndef XL_PHASE2_CALL
+#define XL_PHASE2_CALL XL_PHASE2_TEAM
+#endif
+#if XL_PHASE2_CALL
+__device__ __noinline__
+#else
+__device__
+#endif
+bool xl_phase2(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                           const XlSpan& sp, const XlRounds& round, XlSink sink, XlWhere* where, const XlColl& xc) {
     (void)xc;
     if (!run_collective<Stage_kv_manage>(reqs, sh, p, active, keep, sp, round, sink, xc)) return false;
@@ -425,7 +435,9 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
     // Two lists of active request ids (this round's and the next), max_active each.
     const int32_t list_len = max_active < n_requests ? max_active : n_requests;
-    const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
+    XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, list_len > 0 ? list_len : 1);
+    // Phase 2's own team holds no request: its shared memory is phase 2's (run_collective_few).
+    if (XL_PHASE2_TEAM && XL_REQUEST_IN_SHARED && XL_REQUEST_WORDS * 4 >= (int)sizeof(XlFew)) xc.few = xl_smem;
 
     unsigned int epoch = 0;  // grid barriers passed
     XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true};  // phase 2 over the grid

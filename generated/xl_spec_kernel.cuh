@@ -2295,6 +2295,107 @@ XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
     return *reinterpret_cast<typename S::Frame*>(xc.frames + (size_t)slot * XL_FRAME_WORDS);
 }
 
+// Slot i's guard in collective stage S: whether it takes part (a guard that fails reports its
+// error: keep[i] = 0).
+template <typename S>
+XL_DEVICE int32_t collective_part(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                  int32_t i, const XlRounds& round, XlSink sink, const XlColl& xc) {
+    int32_t part = 0;
+    xc.conflict[i] = 0;
+    if (keep[i] == 2) {
+        XlErr err = {0, 0, 0};
+        const int32_t id = active[i];
+        if (S::guard(err, reqs[id], *sh, p, id) && !err.code) part = 1;
+        if (err.code) {
+            xl_emit_error(sink, id, round[i], S::stage, err);
+            keep[i] = 0;
+        }
+    }
+    return part;
+}
+
+// Participant i's segment `seg` (its group's results in `in`, its contributions to `out`, column k
+// at k * stride); false: it failed, reported (keep[i] = 0), and takes no further part.
+template <typename S>
+XL_DEVICE bool collective_segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request* reqs,
+                                  Shared* sh, const Params& p, const int32_t* active, int8_t* keep, int32_t i,
+                                  const XlRounds& round, XlSink sink, typename S::Frame& frame, XlWriter& xw) {
+    const int32_t id = active[i];
+    const XlErr err = S::segment(seg, in, out, stride, reqs[id], *sh, p, id, frame, xw);
+    if (!err.code) return true;
+    xl_emit_error(sink, id, round[i], S::stage, err);
+    keep[i] = 0;
+    return false;
+}
+
+// Participant i's end of the stage, after the settling: its conflict reported, or its trace.
+template <typename S>
+XL_DEVICE void collective_end(Request* reqs, const int32_t* active, int8_t* keep, int32_t i, const XlRounds& round,
+                              XlSink sink, const XlColl& xc) {
+    const int32_t id = active[i];
+    if (xc.conflict[i]) {
+        xl_emit_error(sink, id, round[i], S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
+        keep[i] = 0;
+    } else {
+        S::trace(sink, reqs[id], id, round[i]);
+    }
+}
+
+#if XL_ON_GPU
+// run_collective over at most 32 slots of one block (XL_FEW_COLLECTIVES): the same slots on the
+// same threads, the same operations in the same order, but a participant keeps its frame, its
+// flag and its count of noted words in registers over the segments (unrolled, so each segment's
+// code is inlined on its own), and its group's columns are in the block's shared memory where
+// the kernel lends some (XlColl::few): no round trip to the L2 between a segment and its collectives.
+template <typename S>
+XL_DEVICE bool run_collective_few(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
+                                  const XlSpan& sp, const XlRounds& round, XlSink sink, const XlColl& xc) {
+    XlFew* few = reinterpret_cast<XlFew*>(xc.few);
+    uint32_t* contrib = few ? few->contrib : xc.contrib + sp.lo;  // lane l's collective k at [k * stride + l]
+    uint32_t* result = few ? few->result : xc.result + sp.lo;
+    int32_t* flags = few ? few->part : xc.part + sp.lo;
+    const int32_t stride = few ? 32 : xc.slots;
+    const int32_t t = XL_THREAD;
+    const int32_t i = xl_spread_slot(sp.lo, t, XL_THREADS), lane = i - sp.lo;  // lane: its column
+    const bool mine = i < sp.hi;
+    XL_PROF_START();
+    int32_t part = mine ? collective_part<S>(reqs, sh, p, active, keep, i, round, sink, xc) : 0;
+    if (mine) flags[lane] = part;
+    if (!__syncthreads_or(part)) return true;  // nobody takes part
+    XL_PROF_MARK(S::stage * 32);  // the same marks as run_collective's
+    const bool took_part = part != 0;
+    typename S::Frame frame;
+    XlWriter xw = {&xc, i, took_part ? xc.noted[i] : 0u, XL_NO_NOTE};
+#pragma unroll
+    for (int32_t seg = 0; seg <= S::groups; ++seg) {
+        if (part) {
+            xw.last = XL_NO_NOTE;
+            if (!collective_segment<S>(seg, result + lane, contrib + lane, stride, reqs, sh, p, active, keep, i, round,
+                                       sink, frame, xw)) {
+                part = 0;
+                flags[lane] = 0;
+            }
+        }
+        if (seg == S::groups && took_part) xc.noted[i] = xw.n;  // (for the settling)
+        __syncthreads();
+        XL_PROF_MARK(S::stage * 32 + 1 + 2 * seg);
+        if (seg < S::groups) {
+            if (t < 32)
+                xl_collectives_lanes(flags, contrib, result, stride, S::width(seg), S::ops(seg), S::words(seg), active,
+                                     sp);
+            __syncthreads();
+        }
+        XL_PROF_MARK(S::stage * 32 + 2 + 2 * seg);
+    }
+    if ((S::writes_shared || XL_SETTLE_ALWAYS) && !xl_settle_all(xc, sh, sp)) return false;
+    XL_PROF_MARK(S::stage * 32 + 30);
+    if (part) collective_end<S>(reqs, active, keep, i, round, sink, xc);
+    __syncthreads();
+    XL_PROF_MARK(S::stage * 32 + 31);
+    return true;
+}
+#endif
+
 // A collective stage for the active requests with keep[i] == 2 (S: its Stage_<name>), by
 // the span's threads: a block's, a thread per slot in chunks (on the CPU one thread), or the
 // grid's, each block its chunk of the slots (XlSpan). Participants: those whose guard holds
@@ -2304,23 +2405,17 @@ XL_DEVICE typename S::Frame& frame_of(const XlColl& xc, int32_t slot) {
 template <typename S>
 XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const int32_t* active, int8_t* keep,
                               const XlSpan& sp, const XlRounds& round, XlSink sink, const XlColl& xc) {
+#if XL_ON_GPU
+    if (XL_FEW_COLLECTIVES && XL_WARP_COLLECTIVES && !sp.grid && sp.hi - sp.lo <= 32)
+        return run_collective_few<S>(reqs, sh, p, active, keep, sp, round, sink, xc);
+#endif
     const int32_t t = XL_THREAD, nt = XL_THREADS;
     XL_PROF_START();
     int32_t any = 0;
     for (int32_t base = sp.lo; base < sp.hi; base += nt) {
         const int32_t i = xl_spread_slot(base, t, nt);  // (the same slots in every loop below)
         if (i >= sp.hi) continue;
-        int32_t part = 0;
-        xc.conflict[i] = 0;
-        if (keep[i] == 2) {
-            XlErr err = {0, 0, 0};
-            const int32_t id = active[i];
-            if (S::guard(err, reqs[id], *sh, p, id) && !err.code) part = 1;
-            if (err.code) {
-                xl_emit_error(sink, id, round[i], S::stage, err);
-                keep[i] = 0;
-            }
-        }
+        const int32_t part = collective_part<S>(reqs, sh, p, active, keep, i, round, sink, xc);
         xc.part[i] = part;
         any |= part;
     }
@@ -2331,16 +2426,11 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
         for (int32_t base = sp.lo; base < sp.hi; base += nt) {
             const int32_t i = xl_spread_slot(base, t, nt);
             if (i >= sp.hi || !xc.part[i]) continue;
-            const int32_t id = active[i];
             XlWriter xw = {&xc, i, xc.noted[i], XL_NO_NOTE};
-            const XlErr err = S::segment(seg, xc.result + i, xc.contrib + i, xc.slots, reqs[id], *sh, p, id,
-                                         frame_of<S>(xc, i), xw);
+            const bool ok = collective_segment<S>(seg, xc.result + i, xc.contrib + i, xc.slots, reqs, sh, p, active,
+                                                  keep, i, round, sink, frame_of<S>(xc, i), xw);
             xc.noted[i] = xw.n;
-            if (err.code) {
-                xl_emit_error(sink, id, round[i], S::stage, err);
-                keep[i] = 0;
-                xc.part[i] = 0;
-            }
+            if (!ok) xc.part[i] = 0;
         }
         // A group's pass starts from each block's own slots (its exchange over the grid is the
         // grid's barrier); the shadow's writes are settled once every block is done.
@@ -2354,14 +2444,7 @@ XL_DEVICE bool run_collective(Request* reqs, Shared* sh, const Params& p, const 
     XL_PROF_MARK(S::stage * 32 + 30);
     for (int32_t base = sp.lo; base < sp.hi; base += nt) {
         const int32_t i = xl_spread_slot(base, t, nt);
-        if (i >= sp.hi || !xc.part[i]) continue;
-        const int32_t id = active[i];
-        if (xc.conflict[i]) {
-            xl_emit_error(sink, id, round[i], S::stage, XlErr{XL_ERR_CONFLICT, S::line, 0});
-            keep[i] = 0;
-        } else {
-            S::trace(sink, reqs[id], id, round[i]);
-        }
+        if (i < sp.hi && xc.part[i]) collective_end<S>(reqs, active, keep, i, round, sink, xc);
     }
     XL_BLOCK_SYNC();
     XL_PROF_MARK(S::stage * 32 + 31);

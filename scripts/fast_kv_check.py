@@ -96,6 +96,7 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "fast_kv_check.json").write_text(json.dumps(rows, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -300,11 +300,27 @@ done when n >= 3 + req_id % 4
 @pytest.mark.parametrize("own", ["0", "1"])
 def test_phase2_on_a_team_of_its_own(own, team_warps, team_blocks, monkeypatch):
     monkeypatch.setenv("XLGEN_PHASE2_TEAM", own)
+    _phase2_team_program_agrees(team_warps, team_blocks, phase2_team=own == "1")
+
+
+def _phase2_team_program_agrees(team_warps: int, team_blocks: int, phase2_team: bool) -> None:
+    """PHASE2_TEAM's 12 requests, 5 at a time: the GPU's records, requests and shared state = the simulator's."""
     compiled = load_text(PHASE2_TEAM, "phase2_team.xl")
     inputs = [{} for _ in range(12)]
     config = sim.LaunchConfig(max_active=5, max_rounds=50)
     want = sim.run(compiled.sim_module(), {}, inputs, config)
     assert len(want.records) > 0 and len(want.errors()) == 0
     got = gpu.run(compiled, {}, inputs, config, mode="deterministic", team_warps=team_warps, team_blocks=team_blocks)
-    assert got.extra["phase2_team"] == (own == "1")
+    assert got.extra["phase2_team"] == phase2_team
     assert compare(compiled.program, want, got) is None  # (the records, the requests' and shared state)
+
+
+# Both collective drivers: run_collective, and run_collective_few over at most 32 slots (by default
+# with teams of one warp only; -DXL_FEW_COLLECTIVES=0 or 1 chooses), on a warp, a block and a cluster
+# team, whose phase-2 team lends the few driver its shared memory (XlColl::few): the same records
+# and state as the simulator's.
+@pytest.mark.parametrize("team_warps,team_blocks", [(1, 1), (4, 1), (4, 2)])
+@pytest.mark.parametrize("few", ["0", "1"])
+def test_both_collective_drivers(few, team_warps, team_blocks, monkeypatch):
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", f"-DXL_FEW_COLLECTIVES={few}")
+    _phase2_team_program_agrees(team_warps, team_blocks, phase2_team=team_blocks > 1)

@@ -628,6 +628,8 @@ struct XlColl {
     uint32_t* overflow;  // [2 * capacity] GPU: (word, slot) pairs noted past a slot's list
     uint32_t* grid;      // [XL_GRID_WORDS] GPU: phase 2 over the grid (XlGrid)
     uint32_t* frames;    // [slots * frame words]: a stage's top-level locals across collectives
+    uint32_t* few;       // GPU: the block's shared memory for run_collective_few's columns (XlFew),
+                         // where the kernel has it to spare; nullptr: contrib, result and part's
     int32_t slots;
 };
 
@@ -659,6 +661,7 @@ XL_HD XlColl xl_coll_carve(uint32_t* mem, int32_t shared_words, int32_t slots) {
     c.overflow = c.notes + (size_t)slots * XL_NOTE_CAP;
     c.grid = c.overflow + 2ull * c.header[0];
     c.frames = c.grid + XL_GRID_WORDS;
+    c.few = nullptr;
     c.slots = slots;
     return c;
 }
@@ -2157,15 +2160,17 @@ XL_HD int xl_nibble(uint32_t packed, int k) { return (int)((packed >> (4 * k)) &
 // three barriers of the whole block (the real pair's cost_batch, 8 collectives over 8 requests:
 // 8 us a round on an H100, team of 16 warps). The same bits: sums wrap (any order of additions
 // gives the same bits), a scan's prefix is the sum of the slots before, and the least (key,
-// slot) is the same in any order.
-XL_DEVICE void xl_collectives_warp(const XlColl& c, int n, uint32_t ops, uint32_t words, const int32_t* active,
-                                   const XlSpan& sp) {
-    const int32_t lane = XL_THREAD, i = sp.lo + lane;
-    const bool in = i < sp.hi && c.part[i];
+// slot) is the same in any order. The columns are wherever the caller keeps them: lane l's
+// flag at part[l], its contribution and result of collective k at [k * stride + l] (XlColl's,
+// from sp.lo on, in global memory; or XlFew's, in the block's shared memory).
+XL_DEVICE void xl_collectives_lanes(const int32_t* part, const uint32_t* contrib, uint32_t* result, size_t stride,
+                                    int n, uint32_t ops, uint32_t words, const int32_t* active, const XlSpan& sp) {
+    const int32_t lane = XL_THREAD;
+    const bool in = sp.lo + lane < sp.hi && part[lane];
     for (int k = 0; k < n; ++k) {
         const int op = xl_nibble(ops, k);
-        const uint32_t x = in ? c.contrib[(size_t)k * c.slots + i] : 0u;
-        uint32_t& result = c.result[(size_t)k * c.slots + (in ? i : sp.lo)];
+        const uint32_t x = in ? contrib[k * stride + lane] : 0u;
+        uint32_t& mine = result[k * stride + (in ? lane : 0)];
         if (xl_is_sum(op)) {
             const uint32_t v = op == XL_COUNT ? (x != 0u ? 1u : 0u) : x;
             uint32_t inclusive = v;
@@ -2174,25 +2179,49 @@ XL_DEVICE void xl_collectives_warp(const XlColl& c, int n, uint32_t ops, uint32_
                 if (lane >= o) inclusive += y;
             }
             const uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
-            if (in) result = op == XL_SCAN ? inclusive - v : total;
+            if (in) mine = op == XL_SCAN ? inclusive - v : total;
         } else {
             const bool greatest = op == XL_MAX_OF || op == XL_ARGMAX;
             const uint32_t key = xl_order_key(x, xl_nibble(words, k));
-            uint64_t best = in ? ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)i : ~0ull;
+            uint64_t best = in ? ((uint64_t)(greatest ? ~key : key) << 32) | (uint64_t)(uint32_t)lane : ~0ull;
             for (int o = 16; o > 0; o >>= 1) {
                 const uint64_t y = __shfl_xor_sync(0xFFFFFFFFu, best, o);
                 best = y < best ? y : best;
             }
             if (best != ~0ull) {  // (no participant: nothing to give)
                 const int32_t winner = (int32_t)(uint32_t)(best & 0xFFFFFFFFull);
-                const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[winner]
-                                                                          : c.contrib[(size_t)k * c.slots + winner];
+                const uint32_t value = (op == XL_ARGMIN || op == XL_ARGMAX) ? (uint32_t)active[sp.lo + winner]
+                                                                          : contrib[k * stride + winner];
                 __syncwarp();
-                if (in) result = value;
+                if (in) mine = value;
             }
         }
     }
 }
+
+XL_DEVICE void xl_collectives_warp(const XlColl& c, int n, uint32_t ops, uint32_t words, const int32_t* active,
+                                   const XlSpan& sp) {
+    xl_collectives_lanes(c.part + sp.lo, c.contrib + sp.lo, c.result + sp.lo, (size_t)c.slots, n, ops, words,
+                         active, sp);
+}
+
+// A collective stage over at most 32 slots of one block (run_collective_few, kernel.cuh.j2): its
+// participants keep their frames in registers, and the columns of its groups and each one's flag
+// are in the block's shared memory where the kernel lends some (XlColl::few: the mega-kernel's
+// phase-2 team, whose blocks hold no request), else in XlColl's. No static shared memory: 2 KB
+// more take the real pair's blocks (a 188 KB request copy) past the 196 KB carve-out step (an L1
+// of 28 KB, not 60), and that build ran 3% slower. By default with teams of one warp only: on an
+// H200 (docs/benchmarks.md, twenty-fifth session) it made xl_spec's target point 5% faster in
+// deterministic mode and 14% in fast mode, and the real pair 1-3% slower end to end, though its
+// phase 2's marks were 26% fewer cycles. -DXL_FEW_COLLECTIVES=0 or 1 for A/B runs.
+#ifndef XL_FEW_COLLECTIVES
+#define XL_FEW_COLLECTIVES (XL_TEAM_WARPS == 1)
+#endif
+struct XlFew {
+    uint32_t contrib[XL_COLL_WIDTH * 32];
+    uint32_t result[XL_COLL_WIDTH * 32];
+    int32_t part[32];
+};
 #endif
 
 // A group of `n` collectives (operation k and its contributions' word kind: nibble k of `ops`
