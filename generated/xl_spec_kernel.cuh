@@ -813,6 +813,9 @@ XL_STAGE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int3
         XlSumPass<int32_t> xl_p6;
         XlSumPass<int32_t> xl_p7;
         xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {
+            [[maybe_unused]] const int32_t xl_k = (int32_t)xl_j;
+            const auto xl_read0 = xl_peek(sh.page_kind, xl_peek(r.kv_pages, xl_k));
+            const auto xl_read1 = xl_peek(sh.page_used, xl_peek(r.kv_pages, xl_k));
             xl_p0.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
                 return ((((k >= held) || (r.kv_pages[k] < 0)) && (k < cp)) ? 1 : 0);
@@ -823,27 +826,27 @@ XL_STAGE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int3
             });
             xl_p2.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? 1 : 0);
+                return ((((((k < held) && (k >= own_from)) && (k >= cp)) && (r.kv_pages[k] >= 0)) && xl_ne(xl_then(xl_idx(err, 1, 112, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED)) ? 1 : 0);
             });
             xl_p3.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(sh.page_kind[xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? 1 : 0);
+                return ((((((k < held) && (k >= own_from)) && (k >= xl_max(cp, tp))) && (r.kv_pages[k] >= 0)) && xl_ne(xl_then(xl_idx(err, 1, 113, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED)) ? 1 : 0);
             });
             xl_p4.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 114, r.kv_pages[k], 16384, 4718592)], PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
+                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(xl_then(xl_idx(err, 1, 114, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::DRAFT)) ? k : MAX_REQ_PAGES);
             });
             xl_p5.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(sh.page_kind[xl_idx(err, 1, 115, r.kv_pages[k], 16384, 4718592)], PageKind::DRAFT)) ? k : -1);
+                return ((((((k < held) && (k >= own_from)) && (k < cp)) && (r.kv_pages[k] >= 0)) && xl_eq(xl_then(xl_idx(err, 1, 115, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::DRAFT)) ? k : -1);
             });
             xl_p6.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return ((((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) && ((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 120, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED))) ? 1 : 0);
+                return ((((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) && ((k < cp) || xl_eq(xl_then(xl_idx(err, 1, 120, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED))) ? 1 : 0);
             });
             xl_p7.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return (((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) ? xl_sub((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 121, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 121, r.kv_pages[k], 16384, 4980736)]) : 0);
+                return (((((k >= own_from) && (k < held)) && (k < tp)) && (r.kv_pages[k] >= 0)) ? xl_sub((((k < cp) || xl_eq(xl_then(xl_idx(err, 1, 121, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), xl_then(xl_idx(err, 2, 121, r.kv_pages[k], 16384, 4980736), xl_read1)) : 0);
             });
         });
         missing_committed = xl_p0.finish(err, 1);
@@ -881,13 +884,16 @@ XL_STAGE XlErr stage_kv_plan(Request& r, const Shared& sh, const Params& p, int3
         XlBestPass<int32_t> xl_p0(false);
         XlBestPass<int32_t> xl_p1(true);
         xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {
+            [[maybe_unused]] const int32_t xl_k = (int32_t)xl_j;
+            const auto xl_read0 = xl_peek(sh.page_kind, xl_peek(r.kv_pages, xl_k));
+            const auto xl_read1 = xl_peek(sh.page_used, xl_peek(r.kv_pages, xl_k));
             xl_p0.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 122, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 122, r.kv_pages[k], 16384, 4980736)]))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : MAX_REQ_PAGES);
+                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(xl_then(xl_idx(err, 1, 122, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), xl_then(xl_idx(err, 2, 122, r.kv_pages[k], 16384, 4980736), xl_read1)))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : MAX_REQ_PAGES);
             });
             xl_p1.add(xl_j, xl_l, [&](int32_t k, XlErr& err) -> int32_t {
                 (void)err;
-                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(sh.page_kind[xl_idx(err, 1, 123, r.kv_pages[k], 16384, 4718592)], PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), sh.page_used[xl_idx(err, 2, 123, r.kv_pages[k], 16384, 4980736)]))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : -1);
+                return (((k < tp) ? (((k >= held) || (r.kv_pages[k] < 0)) || ((k >= own_from) && xl_ne((((k < cp) || xl_eq(xl_then(xl_idx(err, 1, 123, r.kv_pages[k], 16384, 4718592), xl_read0), PageKind::COMMITTED)) ? xl_clamp(xl_sub(committed_tok, xl_mul(k, pt)), 0, pt) : 0), xl_then(xl_idx(err, 2, 123, r.kv_pages[k], 16384, 4980736), xl_read1)))) : ((k < held) && (r.kv_pages[k] >= 0))) ? k : -1);
             });
         });
         int32_t xl_best0;

@@ -25,6 +25,8 @@ simulator against the CPU build, over a range of seeds, one process per core.
                                                                # (grouping.Rows.preludes_per_tile)
     RUNS=1 python3 scripts/fuzz_many.py ...                    # only programs with reductions side by side
                                                                # taken in one pass (ir.reduction_runs)
+    READS_AHEAD=1 python3 scripts/fuzz_many.py ...             # only programs whose passes read shared state
+                                                               # ahead (emit_cpp._reads_ahead: ~12% of them)
     COLLECTIVES=1 python3 scripts/fuzz_many.py ...             # only programs with a collective stage (~70%:
                                                                # their crowd launch runs phase 2 over the grid)
 
@@ -66,8 +68,8 @@ def preludes_per_tile(compiled) -> bool:
 
 def one(seed: int):
     """(seed, None, has pools, ran) when the simulator and the CPU build agree on every launch; else
-    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, RUNS=1, PARTS=1, PAGE_ONCE=1,
-    PRELUDES=1, TILE_PRELUDES=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
+    (seed, what failed, has pools, ran). ran: False for a program GROUPED=1, ROWS=1, RUNS=1, READS_AHEAD=1,
+    PARTS=1, PAGE_ONCE=1, PRELUDES=1, TILE_PRELUDES=1, PROCS=1, POOL_ROWS=1 or COLLECTIVES=1 skips."""
     from xlgen.backends.build import load_text
     from xlgen.runtime import gpu
     from xlgen.tools.check.fuzzgen import generate, run_case
@@ -92,6 +94,8 @@ def one(seed: int):
         if os.environ.get("ROWS") == "1" and "xl_sum_rows<" not in source:
             return seed, None, pools, False
         if os.environ.get("RUNS") == "1" and "xl_reduce_pass(xl_lo, xl_hi" not in source:
+            return seed, None, pools, False
+        if os.environ.get("READS_AHEAD") == "1" and "const auto xl_read0 = " not in source:
             return seed, None, pools, False
         if os.environ.get("PARTS") == "1" and not HOISTED_PARTS.search(source):
             return seed, None, pools, False

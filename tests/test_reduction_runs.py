@@ -93,3 +93,71 @@ def test_the_first_failing_reduction_in_program_order_is_the_error(backend):
         (err,) = result.errors().tolist()
         assert (err[4], err[5]) == (want, line_of(SRC, text))
         assert int(result.per_request(0)[-1][2]) == KIND_ERROR
+
+
+AHEAD_SRC = """pipeline ahead
+shared {
+    tab: i32[16]
+    used: i32[16]
+}
+request {
+    ix: i32[8]
+    n: i32 = 8
+    m: i32 = 8
+    seeded: bool
+    a: i32
+    b: i32
+    lo: i32
+    c: i32
+    done_: bool
+}
+collective seed when !seeded {
+    tab[req_id] = req_id * 3 + 1
+    used[req_id] = 100 - req_id
+    seeded = true
+}
+stage count when seeded && !done_ {
+    let a_ = sum(k in 0..n: (k < m && ix[k] >= 0) ? tab[ix[k]] : 0)
+    let b_ = sum(k in 0..n: (k < m && ix[k] >= 0 && tab[ix[k]] > 4) ? used[ix[k]] : 1)
+    let lo_ = min(k in 0..n: k < 1 ? tab[ix[k + 7]] : 99)
+    let c_ = sum(k in 0..n: tab[ix[k] & 15] - used[ix[k] & 15])
+    a = a_
+    b = b_
+    lo = lo_
+    c = c_
+    done_ = true
+}
+trace count: a, b, lo, c
+done when done_
+"""
+
+
+def test_shared_reads_of_a_run_are_read_ahead_and_guarded():
+    """Each distinct shared read of the run's elements once per element, before their conditions
+    (emit_cpp._reads_ahead), the reads in its index guarded too (xl_peek): `ix[k + 7]` is in
+    range only where `k < 1` holds."""
+    source = load_text(AHEAD_SRC, "ahead.xl").files["ahead_kernel.cuh"]
+    assert source.count("xl_peek(sh.tab, xl_peek(r.ix, xl_k))") == 1
+    assert "xl_peek(sh.used, xl_peek(r.ix, xl_k))" in source
+    assert "xl_peek(sh.tab, xl_peek(r.ix, xl_add(xl_k, 7)))" in source
+    assert "sh.tab[" not in source.split("stage_count")[1]  # every use takes the value read ahead
+    # `tab[ix[k] & 15]`'s own index cannot fail, but `ix[k]` inside it can: its use still evaluates it
+    assert "xl_peek(sh.tab, xl_band(xl_peek(r.ix, xl_k), 15))" in source
+    assert "xl_then(xl_band(r.ix[xl_idx(err, " in source
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reads_ahead_give_the_programs_values_and_errors(backend):
+    """Out-of-range indexes the program does not evaluate (behind `k < m`, `ix[k] >= 0`, `k < 1`)
+    raise nothing; one it evaluates raises the index error of its own statement, also where it is
+    inside an index proved in range (`ix[8]` in `tab[ix[k] & 15]`, request 4)."""
+    inputs = [{"ix": [0, 3, -1, 2, 1, 50, 77, 1], "m": 5}, {"ix": [2] * 8, "n": 4}, {"ix": [1] * 8, "m": 0},
+              {"ix": [0, 1, 50, 1, 1, 1, 1, 1]}, {"ix": [3] * 8, "n": 9}]
+    _, result = run_on(backend, AHEAD_SRC, inputs)
+    r = result.requests  # tab[0..3] = 1, 4, 7, 10 and used[0..3] = 100, 99, 98, 97 (seed)
+    assert [int(r["a"][i]) for i in range(3)] == [1 + 10 + 7 + 4, 4 * 7, 0]
+    assert [int(r["b"][i]) for i in range(3)] == [1 + 97 + 1 + 98 + 1 + 3, 4 * 98, 8]
+    assert [int(r["lo"][i]) for i in range(3)] == [4, 7, 4]
+    assert int(r["c"][1]) == 4 * (7 - 98)
+    errors = sorted((e[0], e[4], e[5]) for e in result.errors().tolist())  # request 3's a_ reads tab[50]
+    assert errors == [(3, ERR_INDEX, line_of(AHEAD_SRC, "let a_")), (4, ERR_INDEX, line_of(AHEAD_SRC, "let c_"))]

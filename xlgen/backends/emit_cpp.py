@@ -31,6 +31,25 @@ POOL_STORE = {"XL_WARP_STORE": "XL_POOL_STORE", "XL_ITER_STORE": "XL_POOL_ITER_S
 NEVER, CHECKED_COPY, ALWAYS = 0, 1, 2
 
 
+def _safe_index(e: ir.Expr) -> bool:
+    """Whether `e` can be evaluated for any values of what it reads, its array reads guarded
+    (emit_cpp._reads_ahead): locals, constants, fields, launch parameters, reads of request or
+    launch arrays, and operations that cannot fail (no division, no checked cast, no call)."""
+    for x in ranges.subexpressions(e):
+        if isinstance(x, ir.Load):
+            if x.base.kind == ir.SHARED or x.type == ir.BOOL:
+                return False
+        elif isinstance(x, ir.Binary):
+            if cpp_ops.binary_is_checked(x):
+                return False
+        elif isinstance(x, ir.Cast):
+            if cpp_ops.cast_is_checked(x):
+                return False
+        elif not isinstance(x, (ir.Var, ir.Const, ir.Unary, ir.Select)):
+            return False
+    return True
+
+
 def _packed(names) -> str:
     """C++ for enumerators packed 4 bits each, the first in the lowest (xl_nibble)."""
     return " | ".join(f"(uint32_t){n} << {4 * k}" for k, n in enumerate(names)) or "0u"
@@ -153,7 +172,14 @@ class CppEmitter:
 
     def expr_Load(self, e: ir.Load) -> str:
         index = self._index(e, 0, self.expr(e.index), e.base.type.length, self.array_site(e.base), e.checked)
-        value = f"{self.expr(e.base)}[{index}]"
+        read = self.hoisted.get(("read", id(e)))  # read before the elements' conditions (_reads_ahead)
+        if read is None:
+            value = f"{self.expr(e.base)}[{index}]"
+        else:  # (its index still evaluated here, where the program evaluates it: the same errors,
+            # its own check's and those of the array reads inside it)
+            inner_reads = any(isinstance(x, ir.Load) for x in ranges.subexpressions(e.index))
+            checked = inner_reads or self._check(e, 0, e.checked) != NEVER
+            value = f"xl_then({index}, {read})" if checked else read
         return f"(bool){value}" if e.type == ir.BOOL else value
 
     def expr_TensorLoad(self, e: ir.TensorLoad) -> str:
@@ -977,15 +1003,24 @@ class CppEmitter:
         in one pass (ir.reduction_runs: an accumulator each, XlSumPass / XlBestPass, so what their
         elements share is read once); the results, and their failures, in program order."""
         pad, inner = IND * depth, IND * (depth + 1)
-        one = len(run) == 1
+        reads, uses = self._reads_ahead(run)
+        one = len(run) == 1 and not reads
         lines = [f"{pad}[[maybe_unused]] {cpp_ops.value_type(s.type)} {names.cpp(s.name)} = {{}};" for s in run]
         lines += [f"{pad}{{", *self._lane_bounds(run[0], depth + 1)]
-        parts = [self._reduce_element(s, depth + 1 if one else depth + 2) for s in run]
+        self.hoisted.update(uses)
+        try:
+            parts = [self._reduce_element(s, depth + 1 if one else depth + 2) for s in run]
+        finally:
+            for key in uses:
+                del self.hoisted[key]
         if not one:
             for k, (s, (_, _, t_args)) in enumerate(zip(run, parts)):
                 lines.append(f"{inner}XlSumPass<{t_args}> xl_p{k};" if s.op == "sum"
                              else f"{inner}XlBestPass<{t_args}> xl_p{k}({_greatest(s)});")
             lines.append(f"{inner}xl_reduce_pass(xl_lo, xl_hi, [&](int64_t xl_j, int32_t xl_l) {{")
+            if reads:
+                lines.append(f"{inner}{IND}[[maybe_unused]] const int32_t xl_k = (int32_t)xl_j;")
+                lines += [f"{inner}{IND}const auto {name} = {code};" for name, code in reads]
             for k, (elem, _, _) in enumerate(parts):
                 lines += [f"{inner}{IND}xl_p{k}.add(xl_j, xl_l, {elem[0]}", *elem[1:-1], elem[-1] + ");"]
             lines.append(f"{inner}}});")
@@ -1013,6 +1048,42 @@ class CppEmitter:
                 lines += self._line_mark(s, depth + 1)
         lines.append(f"{pad}}}")
         return lines + (self._line_mark(run[0], depth) if one else [])
+
+    def _reads_ahead(self, run: list[ir.Reduce]) -> tuple[list[tuple[str, str]], dict]:
+        """The shared-state reads of a per-request stage's reductions, each distinct one read once
+        per element before the elements' conditions (their loads in flight together, where each
+        read behind its element's `&&` waited for the one before: a page table's counts, a dozen L2
+        round trips one after another). Nothing writes shared state while a per-request stage's
+        element is evaluated, so the value is the one the program reads. Read ahead, an index is evaluated where the
+        program may not evaluate it, so only an index that cannot fail for any value (_safe_index)
+        and every array read in it guarded (xl_peek: out of range reads nothing); the use still
+        checks its index where the program evaluates it. Only where the run's elements make two
+        or more such reads: the reads ahead (name, C++), and the uses (hoisted's keys -> names)."""
+        if self.in_collective:
+            return [], {}
+        found = [(s, x) for s in run for x in _in_order(s.value)
+                 if isinstance(x, ir.Load) and x.base.kind == ir.SHARED and _safe_index(x.index)]
+        if len(found) < 2:
+            return [], {}
+        reads: dict[str, str] = {}  # the read's C++, the element's variable as xl_k -> its name
+        uses = {}
+        for s, load in found:
+            uses[("read", id(load))] = reads.setdefault(self._guarded(load, s.var), f"xl_read{len(reads)}")
+        return [(name, code) for code, name in reads.items()], uses
+
+    def _guarded(self, load: ir.Load, var: str) -> str:
+        """C++ of `load` and the array reads in its index, each through xl_peek; `var` as xl_k."""
+        inner = [x for x in ranges.subexpressions(load.index) if isinstance(x, (ir.Var, ir.Load))]
+        codes = {id(v): "xl_k" for v in inner if isinstance(v, ir.Var) and v.kind == ir.LOCAL and v.name == var}
+        saved = dict(self.hoisted)
+        try:
+            self.hoisted.update(codes)
+            for x in reversed(inner):  # (an index's reads before the read they index)
+                if isinstance(x, ir.Load):
+                    self.hoisted[id(x)] = f"xl_peek({self.expr(x.base)}, {self.expr(x.index)})"
+            return f"xl_peek({self.expr(load.base)}, {self.expr(load.index)})"
+        finally:
+            self.hoisted = saved
 
     def _reduce_element(self, s: ir.Reduce, depth):
         """A reduction's element as a lambda of its variable (its first line to follow a call's
@@ -1267,6 +1338,13 @@ def _always_evaluated(e: ir.Expr):
     else:
         for c in ranges.children(e):
             yield from _always_evaluated(c)
+
+
+def _in_order(e: ir.Expr):
+    """`e` and every expression inside it, left to right."""
+    yield e
+    for c in ranges.children(e):
+        yield from _in_order(c)
 
 
 def _may_write_pool(body) -> bool:

@@ -235,6 +235,14 @@ XL_HD int32_t xl_idx(XlErr& e, int32_t k, int32_t line, uint32_t i, int32_t n, i
     return (int32_t)i;
 }
 
+// A shared-state element read ahead of the code that uses it (emit_cpp._reads_ahead): a[i], or
+// T() where i is out of range (the use then raises the index's error and drops the value).
+template <typename T, int N>
+XL_HD T xl_peek(const T (&a)[N], int64_t i) { return (uint64_t)i < (uint64_t)N ? a[i] : T(); }
+// Such a read's use: its index's check (for the error it may raise), then the value read ahead.
+template <typename T>
+XL_HD T xl_then(int32_t, T v) { return v; }
+
 // Checks proved unable to fail (xlgen/backends/ranges.py) are not emitted. Those proved only on
 // a lanes loop's fast path (its range within the bound it was proved for) take the body's
 // XlCheck: the loop runs the body with XlCheck<false> when the bound holds, else XlCheck<true>.
