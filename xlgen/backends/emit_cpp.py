@@ -33,7 +33,7 @@ NEVER, CHECKED_COPY, ALWAYS = 0, 1, 2
 
 def _safe_index(e: ir.Expr) -> bool:
     """Whether `e` can be evaluated for any values of what it reads, its array reads guarded
-    (emit_cpp._reads_ahead): locals, constants, fields, launch parameters, reads of request or
+    (CppEmitter._reads_ahead): locals, constants, fields, launch parameters, reads of request or
     launch arrays, and operations that cannot fail (no division, no checked cast, no call)."""
     for x in ranges.subexpressions(e):
         if isinstance(x, ir.Load):
@@ -1054,11 +1054,12 @@ class CppEmitter:
         per element before the elements' conditions (their loads in flight together, where each
         read behind its element's `&&` waited for the one before: a page table's counts, a dozen L2
         round trips one after another). Nothing writes shared state while a per-request stage's
-        element is evaluated, so the value is the one the program reads. Read ahead, an index is evaluated where the
-        program may not evaluate it, so only an index that cannot fail for any value (_safe_index)
-        and every array read in it guarded (xl_peek: out of range reads nothing); the use still
-        checks its index where the program evaluates it. Only where the run's elements make two
-        or more such reads: the reads ahead (name, C++), and the uses (hoisted's keys -> names)."""
+        element is evaluated, so the value is the one the program reads. Read ahead, an index is
+        evaluated where the program may not evaluate it, so only an index that cannot fail for any
+        value (_safe_index) and every array read in it guarded (xl_peek: out of range reads
+        nothing); the use still evaluates its index where the program does (expr_Load). Only where
+        the run's elements make two or more such reads: the reads ahead (name, C++), and the uses
+        (hoisted's keys -> names)."""
         if self.in_collective:
             return [], {}
         found = [(s, x) for s in run for x in _in_order(s.value)
