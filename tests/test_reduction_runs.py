@@ -161,3 +161,80 @@ def test_reads_ahead_give_the_programs_values_and_errors(backend):
     assert int(r["c"][1]) == 4 * (7 - 98)
     errors = sorted((e[0], e[4], e[5]) for e in result.errors().tolist())  # request 3's a_ reads tab[50]
     assert errors == [(3, ERR_INDEX, line_of(AHEAD_SRC, "let a_")), (4, ERR_INDEX, line_of(AHEAD_SRC, "let c_"))]
+
+
+# The warp's finish of a reduction (xl_runtime.cuh: xl_warp_best, xl_warp_sum; redux.sync on the
+# GPU): min/max pairs by the order key with ties to the lowest index across lanes, and 32-bit
+# integer sums that wrap. Ranges of 70 elements from lo: each lane holds two or three.
+FINISH_SRC = """pipeline finishes
+request {
+    xs: f32[70]
+    ks: i32[70]
+    us: u32[70]
+    lo: i32
+    n: i32 = 70
+    hi_v: f32
+    lo_v: f32
+    hi_at: i32
+    lo_at: i32
+    k_hi: i32
+    k_lo_at: i32
+    k_sum: i32
+    u_sum: u32
+    done_: bool
+}
+stage work when !done_ {
+    let hi_v_ = max(j in lo..n: xs[j])
+    let lo_v_ = min(j in lo..n: xs[j])
+    let hi_at_ = argmax(j in lo..n: xs[j])
+    let lo_at_ = argmin(j in lo..n: xs[j])
+    let k_hi_ = max(j in lo..n: ks[j])
+    let k_lo_at_ = argmin(j in lo..n: ks[j])
+    let k_sum_ = sum(j in lo..n: ks[j])
+    let u_sum_ = sum(j in lo..n: us[j])
+    hi_v = hi_v_
+    lo_v = lo_v_
+    hi_at = hi_at_
+    lo_at = lo_at_
+    k_hi = k_hi_
+    k_lo_at = k_lo_at_
+    k_sum = k_sum_
+    u_sum = u_sum_
+    done_ = true
+}
+trace work: hi_v, lo_v, hi_at, lo_at, k_hi, k_lo_at, k_sum, u_sum
+done when done_
+"""
+
+
+def _finish_case(seed: int, lo: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    xs = rng.integers(-8, 8, 70).astype(np.float32)  # few values: ties in many lanes
+    ks = rng.integers(-3, 3, 70).astype(np.int64)
+    ks[rng.integers(0, 70, 6)] = 2**31 - 1  # the sum wraps
+    us = rng.integers(0, 2**32, 70, dtype=np.uint64)
+    return {"xs": xs.tolist(), "ks": ks.tolist(), "us": us.tolist(), "lo": lo}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warp_finishes_take_ties_to_the_lowest_index_and_sums_wrap(backend):
+    cases = [_finish_case(1), _finish_case(2, lo=5), _finish_case(3, lo=69)]
+    zeros = _finish_case(4)
+    zeros["xs"] = [0.0] * 70
+    zeros["xs"][40], zeros["xs"][50] = -0.0, -0.0  # -0.0 < 0.0 in the order: min takes the first -0.0
+    special = _finish_case(5)
+    special["xs"][33], special["xs"][64] = float("inf"), float("nan")  # NaN above +inf
+    special["xs"][2] = float("-inf")
+    cases += [zeros, special]
+    _, result = run_on(backend, FINISH_SRC, cases)
+    for i, case in enumerate(cases[:3]):
+        r, lo = result.requests[i], case["lo"]
+        xs, ks = np.asarray(case["xs"][lo:], np.float32), np.asarray(case["ks"][lo:], np.int64)
+        assert (float(r["hi_v"]), float(r["lo_v"])) == (xs.max(), xs.min())
+        assert (int(r["hi_at"]), int(r["lo_at"])) == (lo + int(np.argmax(xs)), lo + int(np.argmin(xs)))
+        assert (int(r["k_hi"]), int(r["k_lo_at"])) == (ks.max(), lo + int(np.argmin(ks)))
+        wrapped = (int(ks.sum()) + 2**31) % 2**32 - 2**31
+        assert int(r["k_sum"]) == wrapped and int(r["u_sum"]) == sum(case["us"][lo:]) % 2**32
+    z, s = result.requests[3], result.requests[4]
+    assert (int(z["lo_at"]), int(z["hi_at"])) == (40, 0) and np.signbit(np.float32(z["lo_v"]))
+    assert (int(s["hi_at"]), int(s["lo_at"])) == (64, 2) and np.isnan(float(s["hi_v"]))

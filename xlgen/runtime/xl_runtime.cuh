@@ -1604,6 +1604,24 @@ XL_DEVICE bool xl_pass_element(int64_t j, int32_t lane, Elem& elem, XlLaneErr& f
     return true;
 }
 
+#if XL_ON_GPU
+// A warp's partial sums added up on every lane: lane l adds lane (l ^ k)'s for k = 16, 8, 4, 2, 1.
+// 32-bit integers wrap, so any order gives those bits: one redux.sync instead of five shuffles
+// and adds. -DXL_REDUX_SUM=0: the butterfly for them too, for A/B runs.
+#ifndef XL_REDUX_SUM
+#define XL_REDUX_SUM 1
+#endif
+template <typename T>
+XL_DEVICE T xl_warp_sum(T acc) {
+    for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
+    return acc;
+}
+#if XL_REDUX_SUM
+XL_DEVICE uint32_t xl_warp_sum(uint32_t acc) { return __reduce_add_sync(0xFFFFFFFFu, acc); }
+XL_DEVICE int32_t xl_warp_sum(int32_t acc) { return (int32_t)__reduce_add_sync(0xFFFFFFFFu, (uint32_t)acc); }
+#endif
+#endif
+
 // `sum(j in lo..hi: elem)`: lane l adds elements l, l + 32, ... in order (from -0.0 for f32),
 // then lane l adds lane (l ^ k)'s partial for k = 16, 8, 4, 2, 1. Check false: no element can
 // fail (ranges.py proved it), so no error test per element and no error merge.
@@ -1623,8 +1641,7 @@ struct XlSumPass {
     XL_DEVICE T finish(XlErr& err, int32_t key) {
         if (Check) xl_lane_err_finish(err, key, first);
 #if XL_ON_GPU
-        T acc = part[0];
-        for (int k = 16; k >= 1; k >>= 1) acc = xl_sum_add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, k));
+        const T acc = xl_warp_sum(part[0]);
         return Check && err.code ? T(0) : acc;
 #else
         for (int k = 16; k >= 1; k >>= 1) {
@@ -1982,6 +1999,29 @@ XL_HD void xl_best_merge(T& v, int64_t& i, T ov, int64_t oi, bool greatest) {
     i = oi;
 }
 
+#if XL_ON_GPU
+// The warp's best pair by xl_best_merge's order, on every lane: the least key (the value's order
+// key, reversed for the greatest), then the lowest index among the lanes that hold it, each a
+// redux.sync minimum (a butterfly of (value, index) pairs took five rounds of three shuffles and
+// a branch: ~1,200 cycles, kv_plan's line profile). An index is an int32 of lo..hi < INT32_MAX:
+// its order as an unsigned key, 0xFFFFFFFF for a lane without an element. -DXL_REDUX_BEST=0: the
+// butterfly, for A/B runs.
+#ifndef XL_REDUX_BEST
+#define XL_REDUX_BEST 1
+#endif
+template <typename T>
+XL_DEVICE void xl_warp_best(T& v, int64_t& at, bool greatest) {
+    const bool has = at != XL_NO_INDEX;
+    const uint32_t key = greatest ? ~xl_reduce_key(v) : xl_reduce_key(v);
+    const uint32_t least = __reduce_min_sync(0xFFFFFFFFu, has ? key : 0xFFFFFFFFu);
+    const uint32_t index = has && key == least ? (uint32_t)(int32_t)at ^ 0x80000000u : 0xFFFFFFFFu;
+    const uint32_t lowest = __reduce_min_sync(0xFFFFFFFFu, index);
+    if (lowest == 0xFFFFFFFFu) return;  // no lane has an element (every v is still T(0))
+    v = __shfl_sync(0xFFFFFFFFu, v, __ffs(__ballot_sync(0xFFFFFFFFu, index == lowest)) - 1);
+    at = (int64_t)(int32_t)(lowest ^ 0x80000000u);
+}
+#endif
+
 // max/min/argmax/argmin over j in lo..hi: finish returns the best element's index (XL_NO_INDEX
 // for an empty range) and leaves its value in *best. (Every order of taking the elements gives
 // the same pair: xl_best_merge.)
@@ -2000,7 +2040,9 @@ struct XlBestPass {
     }
     XL_DEVICE int64_t finish(XlErr& err, int32_t key, T* best) {
         if (Check) xl_lane_err_finish(err, key, first);
-#if XL_ON_GPU
+#if XL_ON_GPU && XL_REDUX_BEST
+        xl_warp_best(v, at, greatest);
+#elif XL_ON_GPU
         for (int k = 16; k >= 1; k >>= 1) {
             const T ov = __shfl_xor_sync(0xFFFFFFFFu, v, k);
             const int64_t oi = __shfl_xor_sync(0xFFFFFFFFu, (long long)at, k);
