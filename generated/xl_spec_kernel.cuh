@@ -2109,18 +2109,9 @@ struct Stage_kv_manage {
     static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
-    XL_HD static int width(int g) {
-        const int widths[] = {1, 4, 2};
-        return widths[g];
-    }
-    XL_HD static uint32_t ops(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_SCAN << 0, (uint32_t)XL_SUM << 0 | (uint32_t)XL_COUNT << 4 | (uint32_t)XL_MIN_OF << 8 | (uint32_t)XL_ARGMIN << 12, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4};
-        return packed[g];
-    }
-    XL_HD static uint32_t words(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_U << 4 | (uint32_t)XL_WORD_I << 8 | (uint32_t)XL_WORD_I << 12, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4};
-        return packed[g];
-    }
+    XL_HD static int width(int g) { return xl_pick<int>(g, 1, 4, 2); }
+    XL_HD static uint32_t ops(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_SCAN << 0, (uint32_t)XL_SUM << 0 | (uint32_t)XL_COUNT << 4 | (uint32_t)XL_MIN_OF << 8 | (uint32_t)XL_ARGMIN << 12, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4); }
+    XL_HD static uint32_t words(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_U << 4 | (uint32_t)XL_WORD_I << 8 | (uint32_t)XL_WORD_I << 12, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4); }
     XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
                                    const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
         return stage_kv_manage(seg, in, out, stride, r, sh, p, id, f, xw);
@@ -2143,18 +2134,9 @@ struct Stage_kv_collect {
     static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
-    XL_HD static int width(int g) {
-        const int widths[] = {2, 2};
-        return widths[g];
-    }
-    XL_HD static uint32_t ops(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4};
-        return packed[g];
-    }
-    XL_HD static uint32_t words(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4};
-        return packed[g];
-    }
+    XL_HD static int width(int g) { return xl_pick<int>(g, 2, 2); }
+    XL_HD static uint32_t ops(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4, (uint32_t)XL_SCAN << 0 | (uint32_t)XL_SUM << 4); }
+    XL_HD static uint32_t words(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4); }
     XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
                                    const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
         return stage_kv_collect(seg, in, out, stride, r, sh, p, id, f, xw);
@@ -2175,18 +2157,9 @@ struct Stage_kv_evict {
     static constexpr bool writes_shared = true;
     // Group g's collectives, which one pass combines: how many, and (4 bits each, collective k
     // at bit 4k) their operations and their contributions' word kinds.
-    XL_HD static int width(int g) {
-        const int widths[] = {1, 1, 3};
-        return widths[g];
-    }
-    XL_HD static uint32_t ops(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_MIN_OF << 0, (uint32_t)XL_MIN_OF << 0, (uint32_t)XL_ARGMIN << 0 | (uint32_t)XL_MIN_OF << 4 | (uint32_t)XL_ARGMIN << 8};
-        return packed[g];
-    }
-    XL_HD static uint32_t words(int g) {
-        const uint32_t packed[] = {(uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_F << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4 | (uint32_t)XL_WORD_I << 8};
-        return packed[g];
-    }
+    XL_HD static int width(int g) { return xl_pick<int>(g, 1, 1, 3); }
+    XL_HD static uint32_t ops(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_MIN_OF << 0, (uint32_t)XL_MIN_OF << 0, (uint32_t)XL_ARGMIN << 0 | (uint32_t)XL_MIN_OF << 4 | (uint32_t)XL_ARGMIN << 8); }
+    XL_HD static uint32_t words(int g) { return xl_pick<uint32_t>(g, (uint32_t)XL_WORD_I << 0, (uint32_t)XL_WORD_F << 0, (uint32_t)XL_WORD_I << 0 | (uint32_t)XL_WORD_I << 4 | (uint32_t)XL_WORD_I << 8); }
     XL_DEVICE static XlErr segment(int32_t seg, const uint32_t* in, uint32_t* out, int32_t stride, Request& r,
                                    const Shared& sh, const Params& p, int32_t id, Frame& f, XlWriter& xw) {
         return stage_kv_evict(seg, in, out, stride, r, sh, p, id, f, xw);

@@ -1052,6 +1052,22 @@ constexpr int32_t XL_REDUCE_LANES = 32;
 #error "phase 2's own team is a team of several warps (XL_TEAM_WARPS > 1)"
 #endif
 #define XL_TEAM_NWARPS (XL_TEAM_WARPS * XL_TEAM_BLOCKS)
+// The g-th of a few constants (a collective stage's group tables, kernel.cuh). Phase 2's own team
+// (the real pair) takes them as selects: an array indexed at run time is stored to and loaded from
+// local memory at every call (twenty-fourth session's SASS; plain greedy +1.4% at batch 8, H200,
+// twenty-seventh session). Elsewhere the array: xl_spec's target point was 2-3% slower with selects.
+template <typename T, typename... R> XL_HD T xl_pick(int g, T first, R... rest) {
+#if XL_PHASE2_TEAM
+    if constexpr (sizeof...(R) == 0) {
+        return first;
+    } else {
+        return g == 0 ? first : xl_pick<T>(g - 1, (T)rest...);
+    }
+#else
+    const T table[] = {first, (T)rest...};
+    return table[g];
+#endif
+}
 #if XL_ON_GPU
 #define XL_BLOCK_THREADS (32 * XL_TEAM_WARPS)  // a team's threads in one block
 #define XL_TEAM_THREADS (32 * XL_TEAM_NWARPS)
