@@ -1062,7 +1062,7 @@ class CppEmitter:
         (hoisted's keys -> names)."""
         if self.in_collective:
             return [], {}
-        found = [(s, x) for s in run for x in _in_order(s.value)
+        found = [(s, x) for s in run for x in ranges.subexpressions(s.value)
                  if isinstance(x, ir.Load) and x.base.kind == ir.SHARED and _safe_index(x.index)]
         if len(found) < 2:
             return [], {}
@@ -1339,13 +1339,6 @@ def _always_evaluated(e: ir.Expr):
     else:
         for c in ranges.children(e):
             yield from _always_evaluated(c)
-
-
-def _in_order(e: ir.Expr):
-    """`e` and every expression inside it, left to right."""
-    yield e
-    for c in ranges.children(e):
-        yield from _in_order(c)
 
 
 def _may_write_pool(body) -> bool:

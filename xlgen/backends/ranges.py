@@ -377,12 +377,12 @@ def children(e):
 
 
 def subexpressions(e):
-    """`e` and every expression inside it."""
+    """`e` and every expression inside it, left to right (each before those inside it)."""
     stack = [e]
     while stack:
         x = stack.pop()
         yield x
-        stack.extend(children(x))
+        stack.extend(reversed(list(children(x))))
 
 
 def _assigned_locals(body) -> set[str]:
