@@ -606,13 +606,19 @@ def test_gpu_a_loops_pool_page_checked_once_equals_the_simulator(team_warps):
 
 def test_the_real_pairs_matrix_vector_passes_are_grouped():
     code = kernel(load("stages/byte_spec.xl"))
-    # target: qkv, wo, up, down, the LM head, attention's weighted sum of V rows; draft: qkv, wo,
-    # up, down, the weighted sum of V rows
-    assert len(re.findall(r"xl_lanes_grouped<(true|false), \d+, 9, true[,>]", code)) == 11
+    # target: qkv, wo, up, down, attention's weighted sum of V rows, the LM head; draft: qkv, wo,
+    # up, down, the weighted sum of V rows. A group holds the positions the loop's fast path proves
+    # (ranges.py): the target's CHUNK (9); the draft's passes run on scratch sized for the target's
+    # width, twice the draft's, so 18 positions' worth, MAX_GROUP (16) a group; the LM head's
+    # bound is the residual stream's 1,152 elements, 4.5 positions of its 256 rows (5)
+    sizes = re.findall(r"xl_lanes_grouped<(?:true|false), (\d+), (\d+), true[,>]", code)
+    assert sorted(sizes) == sorted([("128", "9")] * 4 + [("512", "9"), ("256", "5")]
+                                   + [("64", "16")] * 4 + [("256", "16"), ("256", "1")]), sizes
     # (the weighted sum and the sum of weights beside it: each V element read once for a tile's
     # positions, each its own causal stop, a tile whose owner or index check failed run again an
-    # iteration at a time)
-    assert code.count("if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, ") == 4
+    # iteration at a time; the target's in groups of 9, the draft's of 16, as above)
+    assert code.count("if (xl_sum_tile<float, xl_R, 9, true>(xl_lo, xl_hi, xl_n, ") == 2
+    assert code.count("if (xl_sum_tile<float, xl_R, 16, true>(xl_lo, xl_hi, xl_n, ") == 2
     # ... and those and the draft's LM head (one position) run in tiles of rows when the pass has
     # few positions; q, k and v in one pass (their input read once); the weighted sum of V rows (a
     # sum over the KV pool: its elements may fail, the owner check) and the sum of weights (an

@@ -212,7 +212,8 @@ TEAM_WARPS = (1, 2, 4, 8, 16, 32)
 # A team of several blocks: a thread-block cluster of this many blocks of `team_warps` warps, one
 # block per SM (xl_runtime.cuh, XL_TEAM_BLOCKS), each with a copy of the request in its shared
 # memory (at most CLUSTER_REQUEST_MAX bytes: an H100's or H200's 227 KB a block, less the
-# kernel's own shared variables). Portable cluster sizes only (<= 8).
+# kernel's own shared variables). Portable cluster sizes only (<= 8): 16, a non-portable size, ran
+# the real pair 6% slower than 8 at batch 1 (H200, docs/benchmarks.md, twenty-ninth session).
 TEAM_BLOCKS = (1, 2, 4, 8)
 CLUSTER_REQUEST_MAX = 212 * 1024
 
