@@ -34,7 +34,7 @@ struct XlControl {
     int32_t round;
     int32_t finished;
     int32_t aborted;
-    int32_t workers_left;  // fast mode: worker warps that have left (block 0 serves phase 2 until all have)
+    int32_t workers_left;  // fast mode: worker warps that have left (the servers serve phase 2 until all have)
     int32_t parity;  // which of the two active lists is this round's
     int32_t phase2_grid;  // block 0's word to the others at a round's barrier: phase 2 over the grid
     unsigned long long barrier_count;  // barriers passed (for the cost measurement)
@@ -383,9 +383,23 @@ __device__ __forceinline__ bool xl_phase2_over_grid(int32_t n_active, XlControl*
            (!XL_TURN_FLAG || ((volatile XlControl*)ctl)->phase2_turns != 0);
 }
 
-// This block's chunk of the slots, over the grid.
+// Blocks enough for n slots, `per` a block, 1 .. most.
+__device__ __forceinline__ int32_t xl_blocks_for(int32_t n, int32_t per, int32_t most) {
+    return max(1, min(most, (n + per - 1) / per));
+}
+
+// Phase 2 over the grid on its first blocks alone, XL_PHASE2_BLOCK_SLOTS slots a block, the
+// others going straight on to the next barrier: fewer blocks, cheaper barriers (each collective
+// over the grid is one). 0, the default: every block. Not yet run on a GPU (thirtieth session):
+// the tests that force it (tests/test_kv_cache.py, tests/test_collectives.py) and the A/B
+// (docs/bench/s30/) decide its default.
+#ifndef XL_PHASE2_BLOCK_SLOTS
+#define XL_PHASE2_BLOCK_SLOTS 0
+#endif
+
+// This block's chunk of the slots, over the grid's blocks.
 __device__ __forceinline__ XlSpan xl_span_grid(int32_t n, XlGrid* grid) {
-    const int32_t per = (n + (int32_t)gridDim.x - 1) / (int32_t)gridDim.x;
+    const int32_t per = (n + grid->blocks - 1) / grid->blocks;
     const int32_t lo = min(n, (int32_t)blockIdx.x * per);
     return XlSpan{lo, min(n, lo + per), n, grid};
 }
@@ -440,7 +454,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
     if (XL_PHASE2_TEAM && XL_REQUEST_IN_SHARED && XL_REQUEST_WORDS * 4 >= (int)sizeof(XlFew)) xc.few = xl_smem;
 
     unsigned int epoch = 0;  // grid barriers passed
-    XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true};  // phase 2 over the grid
+    XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true, (int32_t)gridDim.x};  // phase 2 over the grid
     // Modes 1 and 2: the request this warp's slot holds, current as of the end of round held_round
     // but for what phase 2 wrote if it took a turn then (held_turn).
     int32_t held_id = -1, held_round = -1;
@@ -507,6 +521,7 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
             if (threadIdx.x == 0) {
                 ctl->phase2_grid = over_grid;
                 ctl->phase2_turns = 0;
+                if (over_grid && XL_PHASE2_BLOCK_SLOTS > 0) xc.grid[0] = 0u;  // from 0 each round: its blocks vary
             }
         }
         if (!xl_grid_release(ctl, host_flags, epoch)) return;
@@ -514,10 +529,16 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
         // them; then the blocks arrive again for block 0's admission.
         // (Only block 0's decision sets the word, so a batch it could not send skips the load.)
         if (xl_phase2_may_go_over_grid(n_active) && ((volatile XlControl*)ctl)->phase2_grid) {
-            const XlSpan sp = xl_span_grid(n_active, &grid);
-            if (!xl_phase2(reqs, sh, p, active, keep, sp, round, sink, where, xc)) return;
-            for (int32_t i = sp.lo + (int32_t)threadIdx.x; i < sp.hi; i += (int32_t)blockDim.x) {
-                if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+            if (XL_PHASE2_BLOCK_SLOTS > 0) {  // (block 0 zeroed their barrier's count before the release)
+                grid.blocks = xl_blocks_for(n_active, XL_PHASE2_BLOCK_SLOTS, (int32_t)gridDim.x);
+                grid.epoch = 0u;
+            }
+            if ((int32_t)blockIdx.x < grid.blocks) {
+                const XlSpan sp = xl_span_grid(n_active, &grid);
+                if (!xl_phase2(reqs, sh, p, active, keep, sp, round, sink, where, xc)) return;
+                for (int32_t i = sp.lo + (int32_t)threadIdx.x; i < sp.hi; i += (int32_t)blockDim.x) {
+                    if (keep[i] >= 2) keep[i] = retire_check(reqs[active[i]], *sh, p, active[i], round, sink) == 0;
+                }
             }
             if (!xl_grid_arrive(ctl, host_flags, epoch)) return;
             if (blockIdx.x == 0) {
@@ -531,10 +552,11 @@ extern "C" __global__ void XL_DETERMINISTIC_BOUNDS xl_run_deterministic(Request*
 
 // ---- fast mode: every warp runs its own requests; phase 2 in epochs ------------------------------
 //
-// A worker warp (blocks 1..) takes the next request and runs it to the end, iteration by
-// iteration. When phase 2 may run for it, it posts the request (its bit in `waiting`) and
-// waits; block 0 serves phase 2 in epochs: each takes every request waiting at that moment, in
-// id order, and runs phase 2 for them together as a round's (docs/semantics.md §15).
+// A worker warp (the blocks after the servers) takes the next request and runs it to the end,
+// iteration by iteration. When phase 2 may run for it, it posts the request (its bit in
+// `waiting`) and waits; the first blocks serve phase 2 in epochs: each takes every request
+// waiting at that moment, in id order, and runs phase 2 for them together as a round's
+// (docs/semantics.md §15).
 enum { XL_EPOCH_WAITING = 1, XL_EPOCH_ALIVE = 2, XL_EPOCH_FAILED = 3 };  // an answer is >= ALIVE
 struct XlEpochs {
     int32_t* ids;           // [slots] this epoch's requests, ids ascending
@@ -557,44 +579,81 @@ __device__ XlEpochs xl_epochs_carve(uint32_t* mem, int32_t slots, int32_t n) {
     return e;
 }
 
-// Block 0's service: epochs until every worker has left (ctl->workers_left), or an abort.
+// Fast mode's epochs are served by the grid's first blocks (XL_FAST_SERVERS of them, at most half
+// the grid; 1, the default: block 0 alone; 0: as many as give each server XL_PHASE2_BLOCK_SLOTS
+// slots, or 32, when every worker waits at once). An epoch of more requests than a block has
+// threads (as in deterministic mode: xl_phase2_may_go_over_grid) runs phase 2 over all of them,
+// each a chunk of its slots, combined as phase 2 over the grid is (the same bits in any
+// grouping); a smaller one in block 0 alone. Several servers: not yet run on a GPU (thirtieth
+// session; tests/test_collectives.py forces them).
+#ifndef XL_FAST_SERVERS
+#define XL_FAST_SERVERS 1
+#endif
+__device__ __forceinline__ int32_t xl_fast_servers(int32_t n_requests) {
+    const int32_t most = max(1, (int32_t)gridDim.x / 2);
+    if (XL_FAST_SERVERS > 0) return min(XL_FAST_SERVERS, most);
+    if (!xl_phase2_may_go_over_grid(0x7FFFFFFF)) return 1;
+    const int32_t waiting = min(n_requests, (int32_t)((gridDim.x - 1u) * (blockDim.x >> 5)));  // at most
+    return xl_blocks_for(waiting, XL_PHASE2_BLOCK_SLOTS > 0 ? XL_PHASE2_BLOCK_SLOTS : 32, most);
+}
+
+// The serving blocks' epochs until every worker has left (ctl->workers_left), or an abort. Block
+// 0 gathers each epoch's requests and tells the other servers how many (over their grid's parts).
 __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlControl* ctl, const XlEpochs& ep,
-                              int32_t n, int32_t workers, XlSink sink, XlWhere* where, const XlColl& xc,
-                              const volatile int32_t* host_flags) {
+                              int32_t n, int32_t workers, int32_t servers, XlSink sink, XlWhere* where,
+                              const XlColl& xc, const volatile int32_t* host_flags) {
     __shared__ int32_t head, all_left, stop;
     const int32_t t = (int32_t)threadIdx.x, nt = (int32_t)blockDim.x;
+    XlGrid grid = {xc.grid, 0u, host_flags, &ctl->aborted, true, servers};
     unsigned int idle = 0, sleep_ns = 32;  // (the same on every thread)
     for (int32_t epoch = 0;;) {
         ++idle;
-        __syncthreads();  // (everyone has read the last pass's words and answered its epoch)
-        if (t == 0) {  // (every worker left: none waits, since a worker leaves only when answered)
-            all_left = ((volatile XlControl*)ctl)->workers_left == workers;
-            head = min(((volatile XlControl*)ctl)->queue_head, n);
-            stop = (idle & 255u) == 0u && (xl_aborted(ctl) || xl_host_poll_due(idle) && host_flags[0] != 0);
+        int32_t taken = 0;
+        bool everyone_left = false, stopping = false;
+        if (blockIdx.x == 0) {
+            __syncthreads();  // (everyone has read the last pass's words and answered its epoch)
+            if (t == 0) {  // (every worker left: none waits, since a worker leaves only when answered)
+                all_left = ((volatile XlControl*)ctl)->workers_left == workers;
+                head = min(((volatile XlControl*)ctl)->queue_head, n);
+                stop = (idle & 255u) == 0u && (xl_aborted(ctl) || xl_host_poll_due(idle) && host_flags[0] != 0);
+            }
+            __syncthreads();
+            const int32_t words = stop ? 0 : (head + 31) / 32;
+            everyone_left = all_left != 0;
+            stopping = stop != 0;
+            // The waiting requests, in id order: each thread a word of bits, a block-wide scan of their counts.
+            for (int32_t base = 0; base < words; base += nt) {
+                const int32_t w = base + t;
+                unsigned int bits = w < words ? xl_poll(&ep.waiting[w]) : 0u;
+                if (bits != 0u) atomicAnd(&ep.waiting[w], ~bits);  // (other bits of the word may be set meanwhile)
+                uint32_t chunk = 0u;
+                int32_t k = taken + (int32_t)xl_block_inclusive_sum((uint32_t)__popc(bits), &chunk) - __popc(bits);
+                for (; bits != 0u; bits &= bits - 1u, ++k) ep.ids[k] = w * 32 + __ffs(bits) - 1;
+                taken += (int32_t)chunk;
+            }
+            xl_poll_seen();   // (the requests' writes before the bits this thread saw)
+            __syncthreads();  // (every thread's ids written, before any reads them)
+            for (int32_t i = t; i < taken; i += nt) {
+                ep.keep[i] = 2;
+                ep.rounds[i] = ep.round_of[ep.ids[i]];
+            }
         }
-        __syncthreads();
-        const int32_t words = (head + 31) / 32;
-        const bool everyone_left = all_left != 0;
-        if (stop) {
-            if (t == 0) ctl->aborted = 1;
+        if (servers > 1) {  // block 0's findings, to every server (its writes before the barrier)
+            const int parity = xl_grid_set(grid, 0, (uint64_t)(uint32_t)taken | (uint64_t)everyone_left << 32 |
+                                                        (uint64_t)stopping << 33);
+            if (!xl_grid_barrier(grid)) return;
+            const uint64_t found = xl_grid_part(grid, parity, 0, 0);
+            taken = (int32_t)(uint32_t)found;
+            everyone_left = (found >> 32) & 1u;
+            stopping = (found >> 33) & 1u;
+        }
+        if (stopping) {
+            if (blockIdx.x == 0 && t == 0) ctl->aborted = 1;
             return;
         }
-        // The waiting requests, in id order: each thread a word of bits, a block-wide scan of their counts.
-        int32_t taken = 0;
-        for (int32_t base = 0; base < words; base += nt) {
-            const int32_t w = base + t;
-            unsigned int bits = w < words ? xl_poll(&ep.waiting[w]) : 0u;
-            if (bits != 0u) atomicAnd(&ep.waiting[w], ~bits);  // (other bits of the word may be set meanwhile)
-            uint32_t chunk = 0u;
-            int32_t k = taken + (int32_t)xl_block_inclusive_sum((uint32_t)__popc(bits), &chunk) - __popc(bits);
-            for (; bits != 0u; bits &= bits - 1u, ++k) ep.ids[k] = w * 32 + __ffs(bits) - 1;
-            taken += (int32_t)chunk;
-        }
-        xl_poll_seen();   // (the requests' writes before the bits this thread saw)
-        __syncthreads();  // (every thread's ids written, before any reads them)
         if (taken == 0) {
             if (everyone_left) return;
-            if (idle > 64u) {
+            if (blockIdx.x == 0 && idle > 64u) {
                 __nanosleep(sleep_ns);
                 if (sleep_ns < 1024u) sleep_ns <<= 1;
             }
@@ -602,17 +661,20 @@ __device__ void xl_fast_serve(Request* reqs, Shared* sh, const Params& p, XlCont
         }
         idle = 0;
         sleep_ns = 32;
-        for (int32_t i = t; i < taken; i += nt) {
-            ep.keep[i] = 2;
-            ep.rounds[i] = ep.round_of[ep.ids[i]];
+        const bool spread = servers > 1 && xl_phase2_may_go_over_grid(taken);
+        if (spread || blockIdx.x == 0) {
+            __syncthreads();  // (block 0's keep and rounds, before its own threads read them)
+            const XlSpan sp = spread ? xl_span_grid(taken, &grid) : xl_span_block(taken);
+            if (!xl_phase2(reqs, sh, p, ep.ids, ep.keep, sp, XlRounds(epoch, ep.rounds), sink, where, xc))
+                return;
+            __threadfence();  // (this thread's writes to the requests and the shared state, before the answers)
+            __syncthreads();
+            for (int32_t i = sp.lo + t; i < sp.hi; i += nt)
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(&ep.state[ep.ids[i]]),
+                             "r"(ep.keep[i] ? (unsigned)XL_EPOCH_ALIVE : (unsigned)XL_EPOCH_FAILED) : "memory");
         }
-        __syncthreads();
-        xl_phase2(reqs, sh, p, ep.ids, ep.keep, xl_span_block(taken), XlRounds(epoch, ep.rounds), sink, where, xc);
-        __threadfence();  // (this thread's writes to the requests and the shared state, before the answers)
-        __syncthreads();
-        for (int32_t i = t; i < taken; i += nt)
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(&ep.state[ep.ids[i]]),
-                         "r"(ep.keep[i] ? (unsigned)XL_EPOCH_ALIVE : (unsigned)XL_EPOCH_FAILED) : "memory");
+        // (the servers' answers read this epoch's ids and flags: block 0 writes the next one's after)
+        if (spread && !xl_grid_barrier(grid)) return;
         ++epoch;
     }
 }
@@ -638,16 +700,17 @@ extern "C" __global__ void xl_run_fast(Request* reqs, Shared* sh, const __grid_c
     uint32_t* slot = xl_smem + warp * XL_REQUEST_WORDS;  // unused when requests stay in global memory
     const Params& p = params;  // (the constant bank: xl_run_deterministic)
     XlSink sink = {records, (uint64_t)capacity, (uint64_t*)count};
-    // Phase 2 in block 0 (the host gives such a program two blocks or more): an epoch holds at
-    // most a request per warp.
+    // Phase 2 in the serving blocks (the host gives such a program two blocks or more): an epoch
+    // holds at most a request per warp.
     const int32_t slots = (int32_t)(gridDim.x * (blockDim.x >> 5));
     const XlColl xc = xl_coll_carve(coll_mem, XL_SHARED_WORDS, slots);
     const XlEpochs ep = xl_epochs_carve(coll_mem + xl_coll_words(slots, coll_mem[0]), slots, launch.n_requests);
     (void)active_lists;
     (void)keep;
-    if (XL_NUM_PHASE2 > 0 && blockIdx.x == 0) {
-        const int32_t workers = (int32_t)((gridDim.x - 1u) * (blockDim.x >> 5));
-        xl_fast_serve(reqs, sh, p, ctl, ep, launch.n_requests, workers, sink, where, xc, host_flags);
+    const int32_t servers = XL_NUM_PHASE2 > 0 ? xl_fast_servers(launch.n_requests) : 0;
+    if ((int32_t)blockIdx.x < servers) {
+        const int32_t workers = (int32_t)((gridDim.x - (uint32_t)servers) * (blockDim.x >> 5));
+        xl_fast_serve(reqs, sh, p, ctl, ep, launch.n_requests, workers, servers, sink, where, xc, host_flags);
         return;
     }
     for (;;) {

@@ -31,8 +31,9 @@ from xlgen.tools.pipeline.workload import from_dict
 
 TOOLS = load_companion("stages/xl_spec_tools.py").module  # the bundled pipeline's companion
 TARGET = Path("docs/bench/target_point_kv.json")
-VARIANTS = {  # phase 2 over the grid or in block 0; consecutive participants on different warps or not
-    "grid": "", "grid/one-warp": "-DXL_SPREAD_SLOTS=0",
+VARIANTS = {  # phase 2 over the grid (every block, or 32 slots a block) or in block 0; consecutive participants
+              # on different warps or not
+    "grid": "", "grid/32-a-block": "-DXL_PHASE2_BLOCK_SLOTS=32", "grid/one-warp": "-DXL_SPREAD_SLOTS=0",
     "block0": "-DXL_GRID_PHASE2=0", "block0/one-warp (before)": "-DXL_GRID_PHASE2=0 -DXL_SPREAD_SLOTS=0",
     "grid/no-flag": "-DXL_TURN_FLAG=0", "block0/no-flag": "-DXL_GRID_PHASE2=0 -DXL_TURN_FLAG=0"}
 

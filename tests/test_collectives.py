@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import pytest
 
 from test_semantics_backends import run_on as run_in_both
@@ -386,6 +387,104 @@ def test_fast_mode_epochs_take_the_waiting_requests_together():
     deterministic = sim.run(module, {}, inputs, sim.LaunchConfig(max_active=3))
     assert compare_results(compiled.program, alone, deterministic, ["done_"]) is None
     assert list(deterministic.requests["s1"]) == [3, 3, 3]
+
+
+EPOCHS_SRC = """pipeline epochs
+shared {
+    ticks: i32
+}
+request {
+    key: i32
+    left: i32
+    seen: i32
+    size: i32
+    rank: i32
+    total: i32
+    least: i32
+}
+stage step {
+    left -= 1
+}
+collective meet {
+    let size_ = count(true)
+    let rank_ = scan(1)
+    let total_ = sum(key)
+    let least_ = argmin(key)
+    seen = ticks
+    size = size_
+    rank = rank_
+    total = total_
+    least = least_
+    ticks += 1
+}
+trace meet: seen, size, rank, total, least
+done when left <= 0
+"""
+
+
+def _epochs_inputs(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"key": int(k), "left": int(left)} for k, left in zip(rng.integers(-40, 40, n), rng.integers(1, 7, n))]
+
+
+def _check_epochs(result, inputs) -> int:
+    """Each epoch is named by `ticks` as it started (every epoch adds its size, so no two
+    share it): its members saw the epoch's size, ranks 0, 1, ... in id order, the sum of their
+    keys and the id of the least key (ties: the lowest id); every request met once per
+    iteration. Returns the number of epochs."""
+    table = result.record_table
+    meets = table[(table["kind"] == 0)]
+    assert len(meets) == sum(r["left"] for r in inputs)
+    epochs: dict[int, list] = {}
+    for rec in meets:
+        epochs.setdefault(int(np.int32(rec["words"][0])), []).append(rec)
+    for seen, members in epochs.items():
+        members.sort(key=lambda rec: int(rec["req_id"]))
+        ids = [int(rec["req_id"]) for rec in members]
+        keys = [inputs[i]["key"] for i in ids]
+        want = (len(ids), sum(keys), ids[keys.index(min(keys))])
+        for rank, rec in enumerate(members):
+            w = [int(x) for x in rec["words"][1:5].view(np.int32)]
+            assert (w[0], w[2], w[3]) == want and w[1] == rank, (seen, ids[rank], w, want)
+    assert sorted(epochs) == list(np.cumsum([0] + [len(epochs[k]) for k in sorted(epochs)])[:-1])
+    assert int(result.shared["ticks"][0]) == len(meets)
+    return len(epochs)
+
+
+def test_the_epoch_check_holds_for_the_simulators_schedules():
+    """_check_epochs against fast mode's semantics (run_interleaved), and its failure when one
+    member of an epoch is told another size."""
+    compiled = load_text(EPOCHS_SRC, name="epochs.xl")
+    inputs = _epochs_inputs(40, seed=3)
+    counts = [_check_epochs(sim.run_interleaved(compiled.sim_module(), {}, inputs,
+                                                sim.LaunchConfig(max_active=40, max_rounds=64), workers=w, seed=w),
+                            inputs) for w in (1, 7, 40)]
+    assert counts[0] == sum(r["left"] for r in inputs) and counts[2] < counts[1] < counts[0]
+    bad = sim.run_interleaved(compiled.sim_module(), {}, inputs, sim.LaunchConfig(max_active=40, max_rounds=64),
+                              workers=7, seed=7)
+    bad.records[np.flatnonzero(bad.records[:, 2] == 0)[5], REC_HEADER + 1] += 1
+    with pytest.raises(AssertionError):
+        _check_epochs(bad, inputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", ["", "-DXL_FAST_SERVERS=4 -DXL_GRID_PHASE2_MIN=0", "-DXL_FAST_SERVERS=0"])
+def test_fast_mode_epochs_over_several_serving_blocks(options, monkeypatch):
+    """Fast mode on the GPU, 700 requests of 1-6 iterations: the epochs served by block 0 alone
+    (the default), by 4 blocks with every epoch spread over them, or by as many as give each 32
+    slots when every worker waits (XL_FAST_SERVERS=0), each server a chunk of an epoch's slots:
+    every epoch's collectives are combined over the servers as one block's would be."""
+    from xlgen.runtime import gpu
+
+    if not gpu.available():
+        pytest.skip("needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
+    if options:
+        monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
+    compiled = load_text(EPOCHS_SRC, name="epochs.xl")
+    inputs = _epochs_inputs(700, seed=5)
+    got = gpu.run(compiled, {}, inputs, sim.LaunchConfig(max_active=700, max_rounds=64), mode="fast")
+    assert _check_epochs(got, inputs) > 1
+    assert got.extra["timing"].grid > 4
 
 
 def test_a_timeout_inside_a_collective_stage_names_it():

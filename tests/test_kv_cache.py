@@ -246,27 +246,37 @@ def test_kv_scenario_on_the_gpu(compiled, name, mode):
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_kv_scenario_with_phase2_over_the_grid(compiled, name, monkeypatch):
-    """Phase 2 spread over every block (docs/gpu.md) whatever the batch: -DXL_GRID_PHASE2_MIN=0
+@pytest.mark.parametrize("mode", ["deterministic", "fast"])
+def test_kv_scenario_with_phase2_over_the_grid(compiled, name, mode, monkeypatch):
+    """Phase 2 spread over several blocks (docs/gpu.md) whatever the batch: -DXL_GRID_PHASE2_MIN=0
     (by default only batches that block 0 would take in several chunks), four times the
-    scenario's batch (several blocks): traces identical to the simulator's."""
-    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_GRID_PHASE2_MIN=0")
+    scenario's batch, 4 slots a block (-DXL_PHASE2_BLOCK_SLOTS=4; by default every block): traces
+    identical to the simulator's. In fast mode, every epoch over 4 serving blocks
+    (-DXL_FAST_SERVERS=4): greedy's tokens, nothing leaked."""
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", "-DXL_GRID_PHASE2_MIN=0 " +
+                       ("-DXL_FAST_SERVERS=4" if mode == "fast" else "-DXL_PHASE2_BLOCK_SLOTS=4"))
     make, params, max_active = SCENARIOS[name]
     inputs = make(compiled.sim_module())
-    expected, _ = _run_sim(compiled, params, inputs, 4 * max_active)
-    got = gpu.run(compiled, params, inputs, LaunchConfig(max_active=4 * max_active, max_rounds=20_000))
+    config = LaunchConfig(max_active=4 * max_active, max_rounds=20_000)
+    got = gpu.run(compiled, params, inputs, config, mode=mode, grid=8 if mode == "fast" else None)
     assert got.extra["timing"].grid > 1
     _check_tokens(got, inputs, params)
+    if mode == "fast":
+        assert_invariants(got, params["pool_pages"])
+        return
+    expected, _ = _run_sim(compiled, params, inputs, 4 * max_active)
     divergence = compare(compiled.program, expected, got)
     assert divergence is None, divergence.render()
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
-def test_a_crowd_through_a_small_pool_on_the_gpu(compiled):
+@pytest.mark.parametrize("options", ["", "-DXL_PHASE2_BLOCK_SLOTS=32"])
+def test_a_crowd_through_a_small_pool_on_the_gpu(compiled, options, monkeypatch):
     """1,000 requests, 256 at once, through 256 pages (eviction, priority-aware): more than
-    block 0's threads, so phase 2 runs over the grid by default; traces identical to the
-    simulator's, whose pool invariants hold every 7th round."""
+    block 0's threads, so phase 2 runs over the grid by default (every block, or 8 blocks of 32
+    slots); traces identical to the simulator's, whose pool invariants hold every 7th round."""
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
     inputs = _inputs(compiled.sim_module(), 1000, (0.0, 1.0), seed=9)
     params = {"pool_pages": 256, "eviction_policy": 1, **KV_ON}
     config = LaunchConfig(max_active=256, max_rounds=50_000)
@@ -282,11 +292,14 @@ def test_a_crowd_through_a_small_pool_on_the_gpu(compiled):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu.available(), reason="needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
-def test_fast_mode_shares_an_oversubscribed_pool_on_the_gpu(compiled):
+@pytest.mark.parametrize("options", ["", "-DXL_FAST_SERVERS=0"])
+def test_fast_mode_shares_an_oversubscribed_pool_on_the_gpu(compiled, options, monkeypatch):
     """Fast mode, 1,000 requests at once through a pool that holds about a tenth of their pages:
     phase 2 runs in epochs (every request waiting at that moment together), so the oldest is
-    served first and younger ones are evicted for it. Every request finishes with plain greedy
-    decoding's tokens, nothing leaks (the pool's final invariants), and eviction did happen."""
+    served first and younger ones are evicted for it; served by block 0, or by as many blocks as
+    give each 32 slots. Every request finishes with plain greedy decoding's tokens, nothing leaks
+    (the pool's final invariants), and eviction did happen."""
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
     inputs = _inputs(compiled.sim_module(), 1000, (0.0, 1.0), seed=9)
     params = {"pool_pages": 512, **KV_ON}
     got = gpu.run(compiled, params, inputs, LaunchConfig(max_active=1000, max_rounds=50_000), mode="fast")

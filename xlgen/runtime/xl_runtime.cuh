@@ -700,13 +700,15 @@ struct XlRounds {
 // A barrier over every block of phase 2's grid, on its own arrival count (XlColl::grid[0]),
 // and the parts each block puts before one. `epoch` counts this block's barriers (the same in
 // every block, and on every thread); a barrier that sees an abort clears `ok`, and phase 2
-// returns at its next sync (the kernel stops).
+// returns at its next sync (the kernel stops). The grid is blocks 0 .. blocks-1: every block or
+// the first ones (XL_PHASE2_BLOCK_SLOTS) in deterministic mode, the serving blocks in fast mode.
 struct XlGrid {
     uint32_t* words;  // XlColl::grid
     unsigned int epoch;
     const volatile int32_t* host_flags;
     volatile int32_t* aborted;
     bool ok;
+    int32_t blocks;  // phase 2's blocks, this one blockIdx.x among them
 };
 
 __device__ __forceinline__ unsigned int xl_load_acquire(const unsigned int* p) {
@@ -781,7 +783,7 @@ __device__ bool xl_grid_barrier(XlGrid& g) {
         ok = g.ok;
         if (ok) {  // release: bar.sync made the block's writes this thread's to publish
             asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(g.words) : "memory");
-            ok = xl_spin_until(g.words, g.epoch * gridDim.x, g.aborted, g.host_flags);
+            ok = xl_spin_until(g.words, g.epoch * (unsigned int)g.blocks, g.aborted, g.host_flags);
         }
     }
     __syncthreads();
@@ -944,7 +946,7 @@ __device__ bool xl_settle_all(const XlColl& c, void* shared_base, const XlSpan& 
     const int32_t warps = (int32_t)((blockDim.x + 31u) >> 5);
     const uint32_t spilled = min(__ldcg(&c.header[2]), c.header[0]);  // read by all before anyone resets it
     const uint32_t first = sp.grid ? blockIdx.x * blockDim.x + threadIdx.x : threadIdx.x;
-    const uint32_t stride = sp.grid ? gridDim.x * blockDim.x : blockDim.x;
+    const uint32_t stride = sp.grid ? (uint32_t)sp.grid->blocks * blockDim.x : blockDim.x;
     for (int pass = XL_SETTLE; pass <= XL_CLEAR; ++pass) {
         for (int32_t s = sp.lo + warp; s < sp.hi; s += warps) {
             for (uint32_t j = (uint32_t)lane; j < c.noted[s]; j += 32u)
@@ -2143,7 +2145,7 @@ __device__ bool xl_span_any(const XlSpan& sp, int x) {
     const int parity = xl_grid_set(*sp.grid, 0, any ? 1u : 0u);
     xl_grid_barrier(*sp.grid);
     int seen = 0;
-    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) seen |= (int)xl_grid_part(*sp.grid, parity, b, 0);
+    for (int b = (int)threadIdx.x; b < sp.grid->blocks; b += (int)blockDim.x) seen |= (int)xl_grid_part(*sp.grid, parity, b, 0);
     return __syncthreads_or(seen) != 0;
 }
 #else
@@ -2313,7 +2315,7 @@ XL_DEVICE bool xl_collectives(const XlColl& c, int n, uint32_t ops, uint32_t wor
         for (int k = 0; k < n; ++k) {
             uint32_t earlier = 0u, total = 0u;
             uint64_t best = ~0ull;
-            for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += (int)blockDim.x) {
+            for (int b = (int)threadIdx.x; b < g.blocks; b += (int)blockDim.x) {
                 const uint64_t v = xl_grid_part(g, parity, b, k);
                 earlier += b < (int)blockIdx.x ? (uint32_t)v : 0u;
                 total += (uint32_t)v;
