@@ -3,11 +3,16 @@
 # Precompile xl_spec's cubin (team 1) for each XLGEN_NVRTC_OPTIONS below first, e.g.
 #   XLGEN_NVRTC_OPTIONS="-DXL_PHASE2_BLOCK_SLOTS=32 -DXL_FAST_SERVERS=0" XLGEN_CACHE=$PWD/.xlcache \
 #     python3 scripts/precompile_cubins.py stages/xl_spec.xl --teams 1
-# and the simulator's digests (XLGEN_CACHE=$PWD/.xlcache python3 scripts/grid_phase2_check.py 1000 100000 --sim-only);
-# then run it with the device tool: bash docs/bench/s30/ab_phase2_blocks.sh (carry .whl, .xlcache).
+# and for the tests' own: "-DXL_GRID_PHASE2_MIN=0 -DXL_PHASE2_BLOCK_SLOTS=4", "-DXL_GRID_PHASE2_MIN=0
+# -DXL_FAST_SERVERS=4", "-DXL_PHASE2_BLOCK_SLOTS=32", "-DXL_FAST_SERVERS=0" (~30 s each here, 2-3 at once).
+# The simulator's digests of 1,000 and 100,000 requests (KV on and off) are beside this script, for the stages of
+# b7bec7e (if stages/*.xl changed since, recompute them: XLGEN_CACHE=$PWD/.xlcache python3
+# scripts/grid_phase2_check.py 1000 100000 --sim-only, ~4 min). Then run it with the device tool:
+# bash docs/bench/s30/ab_phase2_blocks.sh (carry .whl, .xlcache).
 set -u
 export XLGEN_CACHE=$PWD/.xlcache
 . scripts/device_setup.sh
+[ -f $XLGEN_CACHE/sim_digests.json ] || cp docs/bench/s30/sim_digests.json $XLGEN_CACHE/
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $OUT/nvidia-smi.txt
 T0=$(date +%s)
 timeout 150 python3 -m pytest -q -p no:cacheprovider -n 14 -m gpu tests/test_collectives.py tests/test_kv_cache.py \
