@@ -478,8 +478,7 @@ def test_fast_mode_epochs_over_several_serving_blocks(options, monkeypatch):
 
     if not gpu.available():
         pytest.skip("needs an NVIDIA GPU with CuPy (pip install 'xlgen[gpu]')")
-    if options:
-        monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)
+    monkeypatch.setenv("XLGEN_NVRTC_OPTIONS", options)  # (the default too, whatever the caller's environment)
     compiled = load_text(EPOCHS_SRC, name="epochs.xl")
     inputs = _epochs_inputs(700, seed=5)
     got = gpu.run(compiled, {}, inputs, sim.LaunchConfig(max_active=700, max_rounds=64), mode="fast")
